@@ -1,0 +1,1 @@
+"""hf_bridge: run any Hugging Face vision-language model in vLLM."""

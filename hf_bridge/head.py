@@ -1,0 +1,73 @@
+"""The logits transform an HF model class applies after its `lm_head`, reused as-is.
+
+vLLM's in-tree backend scales logits by `text_config.logit_scale` whenever the field
+exists, but whether a model *uses* it is decided by its HF class (Cohere's causal LM
+does; a VLM built on Cohere's text model may not). Rather than guess from config
+fields, hf_bridge runs the HF class's own `forward` with its base model replaced by a
+stub that hands back the logits vLLM computed and its `lm_head` replaced by identity:
+whatever the class does after `lm_head` (scaling, soft-capping, nothing) is applied.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+
+class _AnyOutput(BaseModelOutputWithPast):
+    """A base-model output on which every field but the hidden state reads as `None`
+    (heads copy `image_hidden_states`, `rope_deltas`, ... into their own outputs)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+
+class _Passthrough(nn.Module):
+    """Stands in for the base model: returns `inputs_embeds` as the last hidden state."""
+
+    def forward(self, *args, inputs_embeds=None, **kwargs):
+        return _AnyOutput(last_hidden_state=inputs_embeds)
+
+
+class HFLogitsHead(nn.Module):
+    """Applies the HF class's post-`lm_head` transform to full-vocabulary logits."""
+
+    def __init__(self, top: nn.Module | None):
+        super().__init__()
+        self._top = [top]  # a list keeps it out of the module tree (no weights to load)
+        self.is_identity = top is None or self._probe_is_identity()
+
+    @classmethod
+    def from_config(cls, config) -> "HFLogitsHead":
+        import transformers
+
+        arch = (getattr(config, "architectures", None) or [None])[0]
+        top_cls = getattr(transformers, arch, None) if arch else None
+        if top_cls is None:
+            return cls(None)
+        with torch.device("meta"):
+            top = top_cls(config)
+        prefix = top.base_model_prefix or "model"
+        if not isinstance(getattr(top, prefix, None), nn.Module) or top.get_output_embeddings() is None:
+            return cls(None)
+        setattr(top, prefix, _Passthrough())
+        top.set_output_embeddings(nn.Identity())
+        for name, module in list(top.named_children()):
+            if name != prefix and not isinstance(module, nn.Identity):
+                setattr(top, name, nn.Identity())
+        return cls(top.eval())
+
+    @torch.no_grad()
+    def _probe_is_identity(self) -> bool:
+        x = torch.randn(3, 17, generator=torch.Generator().manual_seed(0)) * 40
+        return torch.equal(self._apply(x), x)
+
+    def _apply(self, logits: torch.Tensor) -> torch.Tensor:
+        out = self._top[0](inputs_embeds=logits[None], use_cache=False, return_dict=True)
+        return out.logits[0].to(logits.dtype)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits if self.is_identity else self._apply(logits)

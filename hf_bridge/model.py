@@ -1,0 +1,145 @@
+"""The one generic model class hf_bridge serves every HF vision-language model with.
+
+It is vLLM's in-tree Transformers backend (`MultiModalMixin` + `CausalMixin`: loading
+through `AutoModel.from_config`, the `"vllm"` paged-attention implementation for the
+text model, vLLM's parallel layers and weight loading), with the places where that
+backend diverges from transformers replaced:
+
+- `embed_multimodal` encodes the per-item data `processing.py` produced, batching only
+  items whose shapes already agree, and splits the output by each item's embedding
+  count, never padding or cutting it to fit (`split.py`);
+- `compute_logits` applies exactly the transform the HF model class applies after its
+  `lm_head` (`head.py`), not a config field the class may never read;
+- M-RoPE positions are computed from the token types the processor itself returned.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.models.interfaces import MultiModalEmbeddings
+from vllm.model_executor.models.transformers.causal import CausalMixin
+from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
+from vllm.multimodal import MULTIMODAL_REGISTRY
+from vllm.multimodal.inputs import MultiModalFeatureSpec
+
+from . import split
+from .head import HFLogitsHead
+from .processing import (
+    HF_DATA_KEYS,
+    NUM_EMBEDS_KEY,
+    TYPE_IDS_KEY,
+    HFBridgeDummyInputsBuilder,
+    HFBridgeMultiModalProcessor,
+    HFBridgeProcessingInfo,
+    own_keys,
+)
+from .placeholders import TOKEN_TYPE_IDS
+from .versions import log_handling
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
+)
+class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
+    """Serves any HF VLM through `AutoModel`; no per-architecture code."""
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        log_handling(vllm_config.model_config.hf_config)
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        if self.pp_group.is_last_rank:
+            self.hf_head = HFLogitsHead.from_config(self.config)
+            # The HF head decides scaling and soft-capping, so vLLM's processor must not
+            self.logits_processor = LogitsProcessor(self.text_config.vocab_size)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        logits = self.logits_processor(self.lm_head, hidden_states, self.lm_head.bias)
+        if logits is None:
+            return None
+        return self.hf_head(logits)
+
+    # -- multimodal embeddings ---------------------------------------------------------
+
+    def embed_multimodal(self, **kwargs: object) -> MultiModalEmbeddings:
+        modality = next((m for m in HF_DATA_KEYS if NUM_EMBEDS_KEY.format(m) in kwargs), None)
+        if modality is None:
+            return []
+        counts = [int(c) for c in _items(kwargs.pop(NUM_EMBEDS_KEY.format(modality)))]
+        for key in own_keys(modality):
+            kwargs.pop(key, None)
+        items = [{k: _items(v)[i] for k, v in kwargs.items()} for i in range(len(counts))]
+        signatures = [
+            split.item_signature({k: tuple(v.shape) if isinstance(v, torch.Tensor) else repr(v) for k, v in item.items()})
+            for item in items
+        ]
+        embeddings: list[torch.Tensor | None] = [None] * len(items)
+        for group in split.batch_groups(signatures):
+            fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}
+            rows = self._encode(modality, fields)
+            sizes = split.split_rows(rows.shape[0], [counts[i] for i in group])
+            for i, emb in zip(group, torch.split(rows, sizes)):
+                embeddings[i] = emb
+        return embeddings  # type: ignore[return-value]
+
+    def _encode(self, modality: str, fields: dict[str, Any]) -> torch.Tensor:
+        """Run the HF model's own `get_<modality>_features`; return one row per embedding."""
+        get_features = getattr(self.model, f"get_{modality}_features")
+        accepted = _accepted_kwargs(get_features)
+        kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
+        output = get_features(**kwargs, return_dict=True)
+        features = getattr(output, "pooler_output", output)
+        if isinstance(features, torch.Tensor):
+            features = [features]
+        hidden = self.text_config.hidden_size
+        return torch.cat([f.reshape(-1, hidden) for f in features])
+
+    # -- M-RoPE --------------------------------------------------------------------------
+
+    def get_mrope_input_positions(
+        self, input_tokens: list[int], mm_features: list[MultiModalFeatureSpec]
+    ) -> tuple[torch.Tensor, int]:
+        type_ids = torch.zeros(len(input_tokens), dtype=torch.long)
+        grids: dict[str, list[torch.Tensor]] = {}
+        for feature in mm_features:
+            pos = feature.mm_position
+            data = feature.data or {}
+            item_types = data[TYPE_IDS_KEY.format(feature.modality)].data
+            type_ids[pos.offset : pos.offset + pos.length] = item_types
+            for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+                if key in data:
+                    grids.setdefault(key, []).append(data[key].data.reshape(-1, *data[key].data.shape[-1:]) if key != "second_per_grid_ts" else data[key].data.reshape(-1))
+        get_rope_index = self.model.get_rope_index
+        accepted = _accepted_kwargs(get_rope_index)
+        kwargs: dict[str, Any] = {k: torch.cat(v) for k, v in grids.items()}
+        kwargs["mm_token_type_ids"] = type_ids[None]
+        kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
+        positions, delta = get_rope_index(input_ids=torch.tensor(input_tokens)[None], **kwargs)
+        return positions[:, 0], int(delta[0])
+
+
+def _items(value: Any) -> list[Any]:
+    """vLLM stacks same-shape `batched` fields into one tensor; undo that into a list."""
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind(0))
+    return list(value)
+
+
+def _concat(values: list[Any]) -> Any:
+    if isinstance(values[0], torch.Tensor):
+        return torch.cat([v if v.ndim else v[None] for v in values])
+    return values[0] if len(values) == 1 else values
+
+
+def _accepted_kwargs(fn) -> frozenset[str] | None:
+    """Named parameters of `fn`, or None if it takes `**kwargs` (then pass everything)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return frozenset(params)
+
+
+MODALITY_TYPE_IDS: Mapping[str, int] = TOKEN_TYPE_IDS

@@ -1,0 +1,224 @@
+"""Where each multimodal item sits in a prompt, from the HF processor's token types.
+
+Pure functions over plain lists: no torch, no vLLM. They read the convention of
+transformers' `ProcessorMixin.create_mm_token_type_ids` (`return_mm_token_type_ids`):
+0 text, 1 image, 2 video, 3 audio.
+
+Two facts about real processors shape the logic (see the project notes):
+
+- an item's range holds *grid padding* tokens that receive no embedding: row breaks,
+  `[IMG_BREAK]`/`[IMG_END]`, begin/end markers. Some processors type them as the
+  modality, some as text (SmolVLM's row/column markers), so types alone cannot bound
+  an item;
+- adjacent items of one modality merge into one typed run, so runs alone cannot
+  separate them.
+
+hf_bridge therefore learns each item's *expansion* by processing the item alone
+inside a probe text whose only non-text token is one placeholder
+(`expansion_from_probe`), and then locates expansions inside whole prompts by exact
+matching (`locate_items`), which splits merged runs and covers untyped markers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+TOKEN_TYPE_IDS: Mapping[str, int] = {"text": 0, "image": 1, "video": 2, "audio": 3}
+"""transformers' `mm_token_type_ids` values."""
+MODALITY_OF_TYPE: Mapping[int, str] = {v: k for k, v in TOKEN_TYPE_IDS.items()}
+
+
+class PlaceholderError(ValueError):
+    """The processor's output cannot be read as one expansion per item."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A maximal stretch of equal token types: `[start, end)`."""
+
+    type_id: int
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def runs(type_ids: Sequence[int]) -> list[Run]:
+    """Split `type_ids` into maximal runs of one value (text runs included)."""
+    out: list[Run] = []
+    start = 0
+    for i in range(1, len(type_ids) + 1):
+        if i == len(type_ids) or type_ids[i] != type_ids[start]:
+            if len(type_ids):
+                out.append(Run(type_ids[start], start, i))
+            start = i
+    return out
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """What one item's placeholder becomes in the prompt.
+
+    `token_ids` is the whole replacement, grid padding included; `is_embed` marks the
+    positions that receive one row of the item's encoder output each.
+    """
+
+    modality: str
+    token_ids: tuple[int, ...]
+    is_embed: tuple[bool, ...]
+    type_ids: tuple[int, ...]
+    """The processor's own token types over the expansion (what M-RoPE reads)."""
+
+    def __post_init__(self):
+        if not (len(self.token_ids) == len(self.is_embed) == len(self.type_ids)):
+            raise ValueError("token_ids, is_embed and type_ids must have equal lengths")
+
+    @property
+    def num_embeds(self) -> int:
+        return sum(self.is_embed)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+def feature_token_id(token_ids: Sequence[int], type_ids: Sequence[int], modality: str) -> int:
+    """The token that carries the embeddings: the most frequent one typed as `modality`.
+
+    Used only when the processor does not name it (`image_token_id`, ...). Every
+    processor in transformers repeats its feature token once per embedding row, and
+    markers occur at most once per row, so the mode is the feature token.
+    """
+    type_id = TOKEN_TYPE_IDS[modality]
+    typed = [t for t, ty in zip(token_ids, type_ids) if ty == type_id]
+    if not typed:
+        raise PlaceholderError(f"no token is typed as {modality} ({type_id})")
+    return Counter(typed).most_common(1)[0][0]
+
+
+def expansion_from_probe(
+    modality: str,
+    probe_ids: Sequence[int],
+    placeholder_span: tuple[int, int],
+    processed_ids: Sequence[int],
+    processed_type_ids: Sequence[int],
+    embed_token_id: int | None = None,
+) -> Expansion:
+    """Read one item's expansion off the processor's output for a one-item probe.
+
+    `probe_ids` is the probe text tokenized as the processor's tokenizer does, with the
+    item's placeholder (one token or several, such as Qwen's
+    `<|vision_start|><|image_pad|><|vision_end|>`) at `placeholder_span`, a
+    `[start, end)` pair. The processor keeps what stands
+    before and after the placeholder, so the expansion is what lies between that frame
+    in `processed_ids`, whatever the token types say: untyped markers are inside.
+    """
+    start, stop = placeholder_span
+    prefix = list(probe_ids[:start])
+    suffix = list(probe_ids[stop:])
+    end = len(processed_ids) - len(suffix)
+    if list(processed_ids[: len(prefix)]) != prefix or end < len(prefix) or (
+        suffix and list(processed_ids[end:]) != suffix
+    ):
+        raise PlaceholderError(
+            f"the processor changed the text around the {modality} placeholder, so its "
+            "expansion cannot be located"
+        )
+    type_id = TOKEN_TYPE_IDS[modality]
+    outside = [
+        i
+        for i, ty in enumerate(processed_type_ids)
+        if ty != 0 and not (len(prefix) <= i < end)
+    ]
+    if outside:
+        raise PlaceholderError(
+            f"the processor typed tokens outside the {modality} placeholder's expansion "
+            f"as multimodal (positions {outside[:5]})"
+        )
+    token_ids = tuple(processed_ids[len(prefix) : end])
+    type_ids = tuple(processed_type_ids[len(prefix) : end])
+    if type_id not in type_ids:
+        raise PlaceholderError(
+            f"the processor typed no token of the {modality} expansion as {modality} "
+            f"({type_id}); it does not report `mm_token_type_ids` for this modality"
+        )
+    if embed_token_id is None:
+        embed_token_id = feature_token_id(token_ids, type_ids, modality)
+    is_embed = tuple(t == embed_token_id for t in token_ids)
+    return Expansion(modality, token_ids, is_embed, type_ids)
+
+
+@dataclass(frozen=True)
+class ItemRange:
+    """Where one item's expansion sits in a whole prompt (vLLM's `PlaceholderRange`)."""
+
+    modality: str
+    index: int
+    """The item's index within its modality."""
+    offset: int
+    length: int
+    is_embed: tuple[bool, ...]
+
+
+def locate_items(
+    token_ids: Sequence[int],
+    type_ids: Sequence[int],
+    expansions: Sequence[Expansion],
+) -> list[ItemRange]:
+    """Find each expansion, in prompt order, inside a whole prompt's token ids.
+
+    `expansions` lists the prompt's items in the order they appear. Matching exact
+    sequences splits items that sit back to back (one merged typed run) and covers
+    markers typed as text. Every token typed as multimodal must be claimed by an
+    item, so nothing is silently left over.
+    """
+    ranges: list[ItemRange] = []
+    per_modality: Counter[str] = Counter()
+    cursor = 0
+    for exp in expansions:
+        offset = _find(token_ids, exp.token_ids, cursor)
+        if offset is None:
+            raise PlaceholderError(
+                f"{exp.modality} item {per_modality[exp.modality]} ({len(exp)} tokens) "
+                "does not appear in the prompt after the previous item"
+            )
+        unclaimed = [i for i in range(cursor, offset) if type_ids[i] != 0]
+        if unclaimed:
+            raise PlaceholderError(f"multimodal tokens at {unclaimed[:5]} belong to no item")
+        ranges.append(
+            ItemRange(exp.modality, per_modality[exp.modality], offset, len(exp), exp.is_embed)
+        )
+        per_modality[exp.modality] += 1
+        cursor = offset + len(exp)
+    unclaimed = [i for i in range(cursor, len(token_ids)) if type_ids[i] != 0]
+    if unclaimed:
+        raise PlaceholderError(f"multimodal tokens at {unclaimed[:5]} belong to no item")
+    return ranges
+
+
+def _find(haystack: Sequence[int], needle: Sequence[int], start: int) -> int | None:
+    n = len(needle)
+    if n == 0:
+        return None
+    first = needle[0]
+    for i in range(start, len(haystack) - n + 1):
+        if haystack[i] == first and tuple(haystack[i : i + n]) == tuple(needle):
+            return i
+    return None
+
+
+def type_ids_for_prompt(
+    length: int, ranges: Sequence[ItemRange], expansions: Sequence[Expansion]
+) -> list[int]:
+    """Rebuild a prompt's `mm_token_type_ids` from where its items sit.
+
+    The inverse of `locate_items`: what the HF processor would have returned for the
+    prompt, which position-id schemes such as M-RoPE read.
+    """
+    out = [0] * length
+    for r, exp in zip(ranges, expansions, strict=True):
+        out[r.offset : r.offset + r.length] = exp.type_ids
+    return out

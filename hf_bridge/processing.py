@@ -1,0 +1,268 @@
+"""vLLM's multimodal processor classes for hf_bridge: thin subclasses of the in-tree ones.
+
+The in-tree Transformers backend already maintains most of what a generic processor
+needs (dummy inputs for profiling, video metadata, size search). hf_bridge changes
+three things, each a class of divergence from transformers:
+
+- **Placeholders** come from `return_mm_token_type_ids`: each item is processed alone
+  inside a probe made of the placeholder text the model's own chat template emits,
+  and its expansion (grid padding and markers included) is read off the output with
+  `placeholders.expansion_from_probe`.
+- **Per-item data**: because each item is processed alone, its cached data is exactly
+  what the HF processor makes of it, never padded to a neighbour (`split.py`).
+- **Counting** never depends on `_get_num_multimodal_tokens` existing or supporting a
+  modality: when the processor cannot count, the count is read from processed output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+import torch
+from transformers import BatchFeature
+from vllm.logger import init_logger
+from vllm.model_executor.models.transformers.multimodal import (
+    MultiModalDummyInputsBuilder,
+    MultiModalProcessingInfo,
+    MultiModalProcessor,
+)
+from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
+from vllm.multimodal.parse import ImageSize, MultiModalDataItems
+from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
+
+from . import placeholders, split
+
+logger = init_logger(__name__)
+
+HF_DATA_KEYS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
+"""The keyword(s) under which `ProcessorMixin.__call__` takes each modality's data."""
+
+EXPANSION_KEY = "hf_bridge_{}_expansion"
+IS_EMBED_KEY = "hf_bridge_{}_is_embed"
+TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
+NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
+"""Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
+
+
+def own_keys(modality: str) -> tuple[str, ...]:
+    return tuple(k.format(modality) for k in (EXPANSION_KEY, IS_EMBED_KEY, TYPE_IDS_KEY, NUM_EMBEDS_KEY))
+
+
+class HFBridgeProcessingInfo(MultiModalProcessingInfo):
+    """What the processor can do, learnt from the HF processor itself."""
+
+    @cached_property
+    def _is_video_model(self) -> bool:
+        # The in-tree check also demands that the processor can *count* video tokens,
+        # and silently serves no video otherwise; hf_bridge counts from the output.
+        return hasattr(self.get_hf_processor(), "video_processor")
+
+    def placeholder_text(self, modality: str) -> str:
+        """What a prompt holds for one item: what the chat template emits for it.
+
+        Falls back to the processor's `<modality>_token` for a model without a chat
+        template.
+        """
+        return self._placeholder_texts[modality]
+
+    @cached_property
+    def _placeholder_texts(self) -> dict[str, str]:
+        processor = self.get_hf_processor()
+        out = {}
+        for modality in ("image", "video", "audio"):
+            text = _chat_template_placeholder(processor, modality)
+            if text is None:
+                text = getattr(processor, f"{modality}_token", None)
+            if text is not None:
+                out[modality] = text
+        return out
+
+    def embed_token_id(self, modality: str) -> int | None:
+        """The processor's own name for the token that holds embeddings, if it has one."""
+        processor = self.get_hf_processor()
+        value = getattr(processor, f"{modality}_token_id", None)
+        return value if isinstance(value, int) else None
+
+    def probe(self, modality: str, item: Any, hf_kwargs: Mapping[str, object]) -> tuple[BatchFeature, placeholders.Expansion]:
+        """Process one item alone; return its data and its placeholder expansion."""
+        if modality not in self._placeholder_texts:
+            raise ValueError(
+                f"{type(self.get_hf_processor()).__name__} has no placeholder for {modality} "
+                "(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
+                f"tell where a {modality} goes in the prompt."
+            )
+        text = self.placeholder_text(modality)
+        tokenizer = self.get_tokenizer()
+        probe_ids = tokenizer.encode(text)
+        target = tokenizer.encode(text, add_special_tokens=False)
+        start = _find_sublist(probe_ids, target)
+        data = {"text": text, **item, "return_mm_token_type_ids": True}
+        out = self.ctx.call_hf_processor(self.get_hf_processor(**hf_kwargs), data, hf_kwargs)
+        type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
+        if type_ids is None:
+            raise ValueError(
+                f"{type(self.get_hf_processor()).__name__} returned no `mm_token_type_ids` "
+                "(nor `token_type_ids`) for `return_mm_token_type_ids=True`, so hf_bridge "
+                "cannot tell which prompt tokens belong to which item. Update transformers, "
+                "or give the processor a `create_mm_token_type_ids` via `image_token_ids`."
+            )
+        expansion = placeholders.expansion_from_probe(
+            modality,
+            probe_ids,
+            (start, start + len(target)),
+            out["input_ids"][0].tolist(),
+            type_ids[0].tolist(),
+            self.embed_token_id(modality),
+        )
+        return out, expansion
+
+    # -- counting ---------------------------------------------------------------------
+
+    def _get_num_image_tokens(self, size: ImageSize) -> int:
+        try:
+            return super()._get_num_image_tokens(size)
+        except (AttributeError, KeyError, TypeError, NotImplementedError):
+            return self._count_from_output("image", size)
+
+    def _get_num_video_tokens(self, num_frames: int, size: ImageSize) -> int:
+        try:
+            count = super()._get_num_video_tokens(num_frames, size)
+        except (AttributeError, KeyError, TypeError, NotImplementedError):
+            count = None
+        return count if count is not None else self._count_from_output("video", size, num_frames)
+
+    def get_max_image_tokens(self) -> int:
+        # Processor counts may leave out markers; the profile must cover the whole range.
+        size = self.get_image_size_with_most_features()
+        return max(super().get_max_image_tokens(), self._count_from_output("image", size))
+
+    def get_max_video_tokens(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
+        num_frames = self.get_num_frames_with_most_features(seq_len, mm_counts)
+        size = self.get_video_size_with_most_features(num_frames)
+        counted = self._get_num_video_tokens(num_frames, size)
+        return max(counted, self._count_from_output("video", size, num_frames))
+
+    def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
+        """Placeholder length of one blank item of `size`, read off processed output."""
+        key = (modality, size.width, size.height, num_frames)
+        if key not in self._counted:
+            import numpy as np
+            from PIL import Image
+
+            if modality == "image":
+                item = {"images": [Image.new("RGB", (size.width, size.height))]}
+            else:
+                frames = np.zeros((num_frames, size.height, size.width, 3), dtype=np.uint8)
+                item = {"videos": [frames]}
+            hf_kwargs = self.ctx.get_merged_mm_kwargs({})
+            self._counted[key] = len(self.probe(modality, item, hf_kwargs)[1])
+        return self._counted[key]
+
+    @cached_property
+    def _counted(self) -> dict:
+        return {}
+
+
+class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
+    """Profiling prompts made of the same placeholder text real prompts hold."""
+
+    def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
+        info: HFBridgeProcessingInfo = self.info  # type: ignore[assignment]
+        return "".join(
+            info.placeholder_text(m) * n for m, n in mm_counts.items() if n and m in info._placeholder_texts
+        )
+
+
+class HFBridgeMultiModalProcessor(MultiModalProcessor):
+    """Processes each item alone and states its placeholder as a `PromptReplacement`."""
+
+    info: HFBridgeProcessingInfo
+
+    def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
+        hf_data, hf_kwargs, passthrough = self._get_hf_mm_inputs(mm_items, hf_kwargs)
+        hf_data.pop("text", None)
+        per_modality: dict[str, list[tuple[BatchFeature, placeholders.Expansion]]] = {}
+        for modality, keys in HF_DATA_KEYS.items():
+            present = [k for k in keys if hf_data.get(k) is not None]
+            if not present:
+                continue
+            count = len(hf_data[present[0]])  # type: ignore[arg-type]
+            per_modality[modality] = [
+                self.info.probe(modality, {k: [hf_data[k][i]] for k in present}, hf_kwargs)  # type: ignore[index]
+                for i in range(count)
+            ]
+        merged = _merge_items(per_modality)
+        return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough, merged)
+
+    def _get_mm_fields_config(self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]) -> Mapping[str, MultiModalFieldConfig]:
+        fields = {}
+        for modality in HF_DATA_KEYS:
+            for key in hf_inputs.pop(f"hf_bridge_{modality}_keys", ()):
+                fields[key] = MultiModalFieldConfig.batched(modality)
+            if NUM_EMBEDS_KEY.format(modality) in hf_inputs:
+                for key in own_keys(modality):
+                    fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=True)
+        return fields
+
+    def _get_prompt_updates(
+        self,
+        mm_items: MultiModalDataItems,
+        hf_processor_mm_kwargs: Mapping[str, object],
+        out_mm_kwargs: MultiModalKwargsItems,
+    ) -> Sequence[PromptUpdate]:
+        tokenizer = self.info.get_tokenizer()
+        updates = []
+        for modality, items in out_mm_kwargs.items():
+            replacements = []
+            for item in items:
+                # Popped: the update is cached beside the item, the model needs neither
+                full = item.pop(EXPANSION_KEY.format(modality)).data.tolist()
+                mask = item.pop(IS_EMBED_KEY.format(modality)).data.clone()
+                replacements.append(PromptUpdateDetails(full=full, is_embed=lambda _, m=mask: m))
+            target = tokenizer.encode(self.info.placeholder_text(modality), add_special_tokens=False)
+            updates.append(PromptReplacement(modality=modality, target=target, replacement=replacements.__getitem__))
+        return updates
+
+
+def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]]) -> BatchFeature:
+    """One `BatchFeature` whose fields hold one entry per item (vLLM's `batched` layout)."""
+    merged: dict[str, Any] = {}
+    for modality, outputs in per_modality.items():
+        keys = split.item_data_keys(list(outputs[0][0].keys()))
+        for key in keys:
+            if key in merged:
+                raise ValueError(f"processor output key {key!r} is produced by two modalities")
+            merged[key] = [out[key] if key in out else None for out, _ in outputs]
+        merged[f"hf_bridge_{modality}_keys"] = keys
+        merged[EXPANSION_KEY.format(modality)] = [torch.tensor(e.token_ids) for _, e in outputs]
+        merged[IS_EMBED_KEY.format(modality)] = [torch.tensor(e.is_embed) for _, e in outputs]
+        merged[TYPE_IDS_KEY.format(modality)] = [torch.tensor(e.type_ids) for _, e in outputs]
+        merged[NUM_EMBEDS_KEY.format(modality)] = torch.tensor([e.num_embeds for _, e in outputs])
+    return BatchFeature(merged)
+
+
+def _chat_template_placeholder(processor: Any, modality: str) -> str | None:
+    """The text the chat template emits for one item of `modality`, if it has a template."""
+    if getattr(processor, "chat_template", None) is None:
+        return None
+    marker = "HFBRIDGEMARKER"
+    try:
+        with_item = processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "text", "text": marker}, {"type": modality}, {"type": "text", "text": marker}]}],
+            tokenize=False,
+        )
+    except Exception:  # a template that cannot render an item has no placeholder for it
+        return None
+    parts = with_item.split(marker)
+    if len(parts) != 3 or not parts[1].strip():
+        return None
+    return parts[1].strip()
+
+
+def _find_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
+    for i in range(len(haystack) - len(needle) + 1):
+        if list(haystack[i : i + len(needle)]) == list(needle):
+            return i
+    raise ValueError("placeholder tokens not found in the probe tokenization")

@@ -1,0 +1,85 @@
+"""Build tiny, seeded, randomly initialised checkpoints offline, and cache them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .specs import SPECS, ZooSpec
+from .tokenizer import build_tokenizer
+
+ZOO_VERSION = "1"
+"""Bump when a recipe changes, so cached checkpoints are rebuilt."""
+
+
+def default_cache_dir() -> Path:
+    """`$HF_BRIDGE_ZOO_DIR`, else the user cache directory (XDG)."""
+    if env := os.environ.get("HF_BRIDGE_ZOO_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hf_bridge" / "zoo"
+
+
+def _init_weights(model, std: float, seed: int) -> None:
+    """Re-draw every weight from a seeded normal, biases and norms included.
+
+    transformers' default init (std 0.02, zero biases) makes a 2-layer random model
+    repeat one token forever, which would make parity tests prove little.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if param.ndim >= 2:
+                fan_in = param.shape[-1] if param.ndim == 2 else param[0].numel()
+                scale = std * max(fan_in, 1) ** -0.5 * 8
+                param.copy_(torch.randn(param.shape, generator=gen) * scale)
+            elif "norm" in name or "ln" in name.split(".")[-2:][0]:
+                param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=gen))
+            else:
+                param.copy_(0.1 * torch.randn(param.shape, generator=gen))
+
+
+def build(name: str, directory: Path | None = None, *, seed: int = 0, force: bool = False) -> Path:
+    """Build the tiny checkpoint `name` (see `SPECS`) into `directory` and return it.
+
+    Cached: a directory holding a finished build of the same recipe is reused.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    spec: ZooSpec = SPECS[name]
+    directory = Path(directory or default_cache_dir() / f"{name}-s{seed}")
+    stamp = directory / "hf_bridge_zoo.json"
+    key = {"zoo_version": ZOO_VERSION, "name": name, "seed": seed, "digest": _recipe_digest(spec)}
+    if not force and stamp.exists() and json.loads(stamp.read_text()) == key:
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = build_tokenizer(
+        spec.special_tokens,
+        add_bos=spec.add_bos,
+        extra_attributes=spec.tokenizer_attributes,
+    )
+    processor = spec.make_processor(tokenizer)
+    config = spec.make_config(tokenizer)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    _init_weights(model, spec.init_std, seed)
+    model.generation_config.do_sample = False
+    model.save_pretrained(directory)
+    processor.save_pretrained(directory)
+    stamp.write_text(json.dumps(key))
+    return directory
+
+
+def _recipe_digest(spec: ZooSpec) -> str:
+    import inspect
+
+    from . import specs, tokenizer
+
+    text = inspect.getsource(specs) + inspect.getsource(tokenizer) + inspect.getsource(_init_weights)
+    return hashlib.sha256(f"{spec.name}\n{text}".encode()).hexdigest()[:16]
