@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from .specs import SPECS, ZooSpec
@@ -57,7 +58,9 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     key = {"zoo_version": ZOO_VERSION, "name": name, "seed": seed, "digest": _recipe_digest(spec)}
     if not force and stamp.exists() and json.loads(stamp.read_text()) == key:
         return directory
-    directory.mkdir(parents=True, exist_ok=True)
+    if directory.exists():
+        shutil.rmtree(directory)  # stale files (old references) must not survive a rebuild
+    directory.mkdir(parents=True)
 
     tokenizer = build_tokenizer(
         spec.special_tokens,
@@ -66,20 +69,32 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     )
     processor = spec.make_processor(tokenizer)
     config = spec.make_config(tokenizer)
+    _set_special_token_ids(config, tokenizer)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     _init_weights(model, spec.init_std, seed)
     model.generation_config.do_sample = False
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(model.generation_config, name, getattr(tokenizer, name))
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
     stamp.write_text(json.dumps(key))
     return directory
 
 
+def _set_special_token_ids(config, tokenizer) -> None:
+    """Point every config level's bos/eos/pad at this tokenizer (defaults name real vocabularies)."""
+    for cfg in {id(c): c for c in (config, config.get_text_config())}.values():
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if hasattr(cfg, name) or cfg is config.get_text_config():
+                setattr(cfg, name, getattr(tokenizer, name))
+
+
 def _recipe_digest(spec: ZooSpec) -> str:
     import inspect
 
+    from . import build as this_module
     from . import specs, tokenizer
 
-    text = inspect.getsource(specs) + inspect.getsource(tokenizer) + inspect.getsource(_init_weights)
+    text = "".join(inspect.getsource(m) for m in (specs, tokenizer, this_module))
     return hashlib.sha256(f"{spec.name}\n{text}".encode()).hexdigest()[:16]

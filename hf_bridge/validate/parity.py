@@ -1,0 +1,186 @@
+"""Parity between vLLM (through hf_bridge) and transformers, token for token.
+
+*Parity* means: identical prompt token ids, identical greedy tokens, log-probs of the
+chosen tokens within `ATOL`, and log-probs of every prompt token within `ATOL` of the
+HF forward. The reference is computed with the HF model class and processor exactly
+as a transformers user would: `processor(text=..., images=..., videos=...)`,
+`model.generate`, then one forward over prompt + generation for the log-probs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ATOL = 1e-3
+"""Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
+
+MAX_NEW_TOKENS = 8
+
+
+@dataclass
+class Case:
+    """One prompt: chat messages and the media they refer to, in order."""
+
+    name: str
+    images: list[Any] = field(default_factory=list)
+    videos: list[Any] = field(default_factory=list)
+    text: str = "Describe what you see."
+
+    def messages(self) -> list[dict]:
+        content = [{"type": "image"} for _ in self.images] + [{"type": "video"} for _ in self.videos]
+        content.append({"type": "text", "text": self.text})
+        return [{"role": "user", "content": content}]
+
+
+def test_image(width: int, height: int, seed: int):
+    """A deterministic, textured RGB image (smooth gradients plus noise)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255 / max(width - 1, 1), y * 255 / max(height - 1, 1), (x + y) % 256], -1)
+    noise = rng.normal(0, 40, (height, width, 3))
+    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
+
+
+def test_video(num_frames: int = 4, width: int = 112, height: int = 112, seed: int = 7) -> np.ndarray:
+    frames = [np.asarray(test_image(width, height, seed + i)) for i in range(num_frames)]
+    return np.stack(frames)
+
+
+def standard_cases(side: int) -> dict[str, Case]:
+    """The cases every zoo model runs: `side` is large enough for >= 2 tiles."""
+    a = test_image(side + side // 2, side, seed=1)
+    b = test_image(side, side + side // 3, seed=2)
+    return {
+        "one_image": Case("one_image", images=[a]),
+        "two_images": Case("two_images", images=[a, b], text="Compare the two images."),
+        "text_only": Case("text_only", text="Tell me about the weather today."),
+        "video": Case("video", videos=[test_video()], text="Summarize the video."),
+    }
+
+
+@dataclass
+class Result:
+    prompt_ids: list[int]
+    tokens: list[int]
+    token_logprobs: list[float]
+    prompt_logprobs: list[float]
+    """Log-prob of prompt token i given tokens < i, for i >= 1."""
+
+
+def prompt_text(processor, case: Case) -> str:
+    return processor.apply_chat_template(case.messages(), add_generation_prompt=True)
+
+
+def hf_inputs(processor, case: Case):
+    kwargs: dict[str, Any] = {}
+    if case.images:
+        kwargs["images"] = case.images
+    if case.videos:
+        kwargs["videos"] = case.videos
+    return processor(text=[prompt_text(processor, case)], return_tensors="pt", **kwargs)
+
+
+def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
+    """Greedy generation and log-probs from transformers itself (float32)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = processor or AutoProcessor.from_pretrained(model_dir)
+    model = model or AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    inputs = hf_inputs(processor, case)
+    prompt_len = inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, min_new_tokens=MAX_NEW_TOKENS)
+        full = out[:, :]
+        forward_inputs = dict(inputs)
+        forward_inputs["input_ids"] = full
+        forward_inputs["attention_mask"] = torch.ones_like(full)
+        for key in ("mm_token_type_ids", "token_type_ids"):
+            if key in forward_inputs:
+                pad = torch.zeros(1, full.shape[1] - prompt_len, dtype=forward_inputs[key].dtype)
+                forward_inputs[key] = torch.cat([forward_inputs[key], pad], 1)
+        logits = model(**forward_inputs).logits[0].float()
+    logprobs = torch.log_softmax(logits, -1)
+    ids = full[0].tolist()
+    chosen = [logprobs[i - 1, ids[i]].item() for i in range(1, len(ids))]
+    return Result(
+        prompt_ids=ids[:prompt_len],
+        tokens=ids[prompt_len:],
+        token_logprobs=chosen[prompt_len - 1 :],
+        prompt_logprobs=chosen[: prompt_len - 1],
+    )
+
+
+def vllm_request(processor, case: Case) -> dict:
+    request: dict[str, Any] = {"prompt": prompt_text(processor, case)}
+    mm: dict[str, Any] = {}
+    if case.images:
+        mm["image"] = case.images if len(case.images) > 1 else case.images[0]
+    if case.videos:
+        mm["video"] = case.videos if len(case.videos) > 1 else case.videos[0]
+    if mm:
+        request["multi_modal_data"] = mm
+    return request
+
+
+def sampling_params():
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        max_tokens=MAX_NEW_TOKENS, min_tokens=MAX_NEW_TOKENS, temperature=0.0, logprobs=0, prompt_logprobs=0
+    )
+
+
+def vllm_result(llm, processor, case: Case) -> Result:
+    (out,) = llm.generate([vllm_request(processor, case)], sampling_params(), use_tqdm=False)
+    return result_from_output(out)
+
+
+def result_from_output(out) -> Result:
+    completion = out.outputs[0]
+    tokens = list(completion.token_ids)
+    token_lps = [lp[t].logprob for t, lp in zip(tokens, completion.logprobs)]
+    prompt = list(out.prompt_token_ids)
+    prompt_lps = [lp[t].logprob for t, lp in zip(prompt[1:], out.prompt_logprobs[1:])]
+    return Result(prompt, tokens, token_lps, prompt_lps)
+
+
+def compare(reference: Result, candidate: Result, atol: float = ATOL) -> list[str]:
+    """Every way `candidate` departs from `reference`; empty means parity."""
+    problems = []
+    if reference.prompt_ids != candidate.prompt_ids:
+        problems.append(
+            f"prompt ids differ: {len(reference.prompt_ids)} vs {len(candidate.prompt_ids)} tokens; "
+            f"first difference at {_first_difference(reference.prompt_ids, candidate.prompt_ids)}"
+        )
+        return problems
+    if reference.tokens != candidate.tokens:
+        problems.append(f"greedy tokens differ: {reference.tokens} vs {candidate.tokens}")
+    for label, ref, cand in (
+        ("generated", reference.token_logprobs, candidate.token_logprobs),
+        ("prompt", reference.prompt_logprobs, candidate.prompt_logprobs),
+    ):
+        n = min(len(ref), len(cand))
+        worst = max((abs(r - c) for r, c in zip(ref[:n], cand[:n])), default=0.0)
+        if len(ref) != len(cand) or not worst <= atol or any(math.isnan(c) for c in cand):
+            problems.append(f"{label} log-probs differ by up to {worst:.2e} (tolerance {atol:.0e})")
+    return problems
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def is_degenerate(tokens: list[int]) -> bool:
+    """A continuation with fewer than 3 distinct tokens in 8 proves little."""
+    return len(set(tokens[:8])) < 3

@@ -1,0 +1,74 @@
+"""Transformers reference results, computed in a clean subprocess and cached on disk.
+
+The reference must come from an untouched transformers: once a vLLM engine is built
+in a process, vLLM's Transformers backend has decorated HF model classes in place
+(for torch.compile), so an HF model built afterwards in that process is not plain
+transformers any more. Each reference therefore runs in its own interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from . import parity
+
+CACHE_NAME = "hf_bridge_reference.json"
+
+
+@dataclasses.dataclass
+class NotApplicable:
+    """transformers itself cannot run the case; `error` is its own message."""
+
+    error: str
+
+
+def references(model_dir: str | Path, side: int, case_names: list[str]) -> dict[str, parity.Result | NotApplicable]:
+    """Reference results for `case_names` of `parity.standard_cases(side)`, cached beside the model."""
+    model_dir = Path(model_dir)
+    cache_file = model_dir / CACHE_NAME
+    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    missing = [n for n in case_names if f"{side}/{n}" not in cache]
+    if missing:
+        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", str(model_dir), str(side), *missing]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
+        cache.update(json.loads(done.stdout.strip().splitlines()[-1]))
+        cache_file.write_text(json.dumps(cache))
+    out: dict[str, parity.Result | NotApplicable] = {}
+    for name in case_names:
+        entry = cache[f"{side}/{name}"]
+        out[name] = NotApplicable(entry["error"]) if "error" in entry else parity.Result(**entry)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model_dir")
+    parser.add_argument("side", type=int)
+    parser.add_argument("cases", nargs="+")
+    args = parser.parse_args(argv)
+
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(args.model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(args.model_dir, dtype=torch.float32).eval()
+    cases = parity.standard_cases(args.side)
+    results = {}
+    for name in args.cases:
+        try:
+            result = parity.hf_reference(args.model_dir, cases[name], model=model, processor=processor)
+            results[f"{args.side}/{name}"] = dataclasses.asdict(result)
+        except Exception as exc:  # recorded: transformers' own error makes the case N/A
+            results[f"{args.side}/{name}"] = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
