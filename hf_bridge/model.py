@@ -56,6 +56,23 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
             # The HF head decides scaling and soft-capping, so vLLM's processor must not
             self.logits_processor = LogitsProcessor(self.text_config.vocab_size)
 
+    def recursive_replace(self):
+        """vLLM's layer replacement, minus torch's own composite modules.
+
+        `nn.MultiheadAttention` (SigLIP's attention-pooling head) reads its child
+        `out_proj.weight` directly instead of calling the child, so swapping that child
+        for a vLLM linear layer breaks it. Such modules are hidden from the replacement
+        and put back untouched; their weights load as plain parameters.
+        """
+        hidden = list(_torch_composites(self.model))
+        for parent, name, module in hidden:
+            setattr(parent, name, _Opaque(module))
+        try:
+            super().recursive_replace()
+        finally:
+            for parent, name, module in hidden:
+                setattr(parent, name, module)
+
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         logits = self.logits_processor(self.lm_head, hidden_states, self.lm_head.bias)
         if logits is None:
@@ -119,6 +136,28 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
         positions, delta = get_rope_index(input_ids=torch.tensor(input_tokens)[None], **kwargs)
         return positions[:, 0], int(delta[0])
+
+
+class _Opaque(torch.nn.Module):
+    """Holds a module out of sight of `named_children` while layers are replaced."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.__dict__["held"] = module
+
+
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+def _torch_composites(root: torch.nn.Module):
+    """(parent, name, module) for torch.nn built-ins that own linear layers (e.g. MHA)."""
+    for parent in root.modules():
+        for name, child in parent.named_children():
+            is_builtin = type(child).__module__.startswith("torch.nn.modules")
+            if is_builtin and not isinstance(child, _CONTAINERS) and any(
+                isinstance(m, torch.nn.Linear) for m in child.modules()
+            ):
+                yield parent, name, child
 
 
 def _items(value: Any) -> list[Any]:

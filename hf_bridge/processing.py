@@ -80,10 +80,22 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return out
 
     def embed_token_id(self, modality: str) -> int | None:
-        """The processor's own name for the token that holds embeddings, if it has one."""
-        processor = self.get_hf_processor()
-        value = getattr(processor, f"{modality}_token_id", None)
-        return value if isinstance(value, int) else None
+        """The token whose positions receive embeddings, where the checkpoint names it.
+
+        The model config comes first: it is what the HF forward scatters features by
+        (`get_placeholder_mask`). Processors' own `image_token_id` can name a marker
+        instead (Gemma3's is its begin-of-image token).
+        """
+        config = self.get_hf_config()
+        for source, names in (
+            (config, (f"{modality}_token_id", f"{modality}_token_index")),
+            (self.get_hf_processor(), (f"{modality}_token_id",)),
+        ):
+            for name in names:
+                value = getattr(source, name, None)
+                if isinstance(value, int):
+                    return value
+        return None
 
     def probe(self, modality: str, item: Any, hf_kwargs: Mapping[str, object]) -> tuple[BatchFeature, placeholders.Expansion]:
         """Process one item alone; return its data and its placeholder expansion."""

@@ -227,3 +227,291 @@ _register(
         add_bos=False,
     )
 )
+
+
+def _ids(tokenizer, **names: str) -> dict[str, int]:
+    """`{config_field: token}` -> `{config_field: token id}`."""
+    return {field: tokenizer.convert_tokens_to_ids(token) for field, token in names.items()}
+
+
+def _text(vocab_size: int, **overrides) -> dict:
+    return dict(TEXT, vocab_size=vocab_size, **overrides)
+
+
+# --- LLaVA-NeXT (anyres tiles) and LLaVA-OneVision (image and video) ------------------
+
+PINPOINTS = [[56, 112], [112, 56], [112, 112]]
+
+
+def _llava_next_config(tokenizer):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaNextConfig
+
+    return LlavaNextConfig(
+        vision_config=CLIPVisionConfig(**CLIP_VISION),
+        text_config=LlamaConfig(**_text(_vocab(tokenizer))),
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_select_strategy="default",
+        **_ids(tokenizer, image_token_id="<image>"),
+    )
+
+
+def _llava_next_processor(tokenizer):
+    from transformers import LlavaNextImageProcessor, LlavaNextProcessor
+
+    side = CLIP_VISION["image_size"]
+    return LlavaNextProcessor(
+        image_processor=LlavaNextImageProcessor(
+            size={"shortest_edge": side}, crop_size={"height": side, "width": side}, image_grid_pinpoints=PINPOINTS
+        ),
+        tokenizer=tokenizer,
+        patch_size=CLIP_VISION["patch_size"],
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=chat_template(image="<image>"),
+    )
+
+
+SIGLIP_VISION = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=56, patch_size=14
+)
+
+
+def _llava_onevision_config(tokenizer):
+    from transformers import LlavaOnevisionConfig, Qwen2Config, SiglipVisionConfig
+
+    t = _text(_vocab(tokenizer))
+    t.pop("head_dim")
+    return LlavaOnevisionConfig(
+        vision_config=SiglipVisionConfig(**SIGLIP_VISION),
+        text_config=Qwen2Config(**t),
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+        **_ids(tokenizer, image_token_id="<image>", video_token_id="<video>"),
+    )
+
+
+def _llava_onevision_processor(tokenizer):
+    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
+
+    side = SIGLIP_VISION["image_size"]
+    return LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size={"height": side, "width": side}, image_grid_pinpoints=PINPOINTS),
+        video_processor=LlavaOnevisionVideoProcessor(size={"height": side, "width": side}),
+        tokenizer=tokenizer,
+        num_image_tokens=(side // SIGLIP_VISION["patch_size"]) ** 2,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+        chat_template=chat_template(image="<image>", video="<video>"),
+    )
+
+
+# --- InternVL (HF format): crop_to_patches tiles, pixel shuffle ------------------------
+
+
+def _internvl_config(tokenizer):
+    from transformers import InternVLConfig, InternVLVisionConfig, Qwen2Config
+
+    t = _text(_vocab(tokenizer))
+    t.pop("head_dim")
+    return InternVLConfig(
+        vision_config=InternVLVisionConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            image_size=[56, 56], patch_size=[14, 14], use_mask_token=False,
+        ),
+        text_config=Qwen2Config(**t),
+        downsample_ratio=0.5,
+        **_ids(tokenizer, image_token_id="<IMG_CONTEXT>"),
+    )
+
+
+def _internvl_processor(tokenizer):
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
+
+    return InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": 56, "width": 56}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        video_processor=InternVLVideoProcessor(size={"height": 56, "width": 56}),
+        tokenizer=tokenizer,
+        image_seq_length=4,
+        chat_template=chat_template(image="<IMG_CONTEXT>", video="<video>"),
+    )
+
+
+# --- Gemma3 (SigLIP, bidirectional image attention) -----------------------------------
+
+
+def _gemma3_config(tokenizer):
+    from transformers import Gemma3Config, Gemma3TextConfig, SiglipVisionConfig
+
+    return Gemma3Config(
+        vision_config=SiglipVisionConfig(**SIGLIP_VISION),
+        text_config=Gemma3TextConfig(
+            **_text(_vocab(tokenizer)), sliding_window=512, query_pre_attn_scalar=32, tie_word_embeddings=False,
+        ),
+        mm_tokens_per_image=4,
+        tie_word_embeddings=False,  # tied, a random model copies its last token forever
+        **_ids(tokenizer, boi_token_index="<start_of_image>", eoi_token_index="<end_of_image>", image_token_index="<image_soft_token>"),
+    )
+
+
+def _gemma3_processor(tokenizer):
+    from transformers import Gemma3ImageProcessor, Gemma3Processor
+
+    return Gemma3Processor(
+        image_processor=Gemma3ImageProcessor(size={"height": 56, "width": 56}),
+        tokenizer=tokenizer,
+        image_seq_length=4,
+        chat_template=chat_template(image="<start_of_image>"),
+    )
+
+
+# --- Idefics3 and SmolVLM (image splitting, row/column markers) -----------------------
+
+_GRID_TOKENS = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
+_IDEFICS_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>", *_GRID_TOKENS]
+
+
+def _idefics3_config(tokenizer, cls_name: str = "Idefics3Config", vision_cls: str = "Idefics3VisionConfig"):
+    import transformers
+    from transformers import LlamaConfig
+
+    return getattr(transformers, cls_name)(
+        vision_config=getattr(transformers, vision_cls)(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=56, patch_size=14
+        ),
+        text_config=LlamaConfig(**_text(_vocab(tokenizer))),
+        scale_factor=2,
+        **_ids(tokenizer, image_token_id="<image>"),
+    )
+
+
+def _idefics3_processor(tokenizer):
+    from transformers import Idefics3ImageProcessor, Idefics3Processor
+
+    return Idefics3Processor(
+        image_processor=Idefics3ImageProcessor(
+            size={"longest_edge": 112}, max_image_size={"longest_edge": 56}, do_image_splitting=True
+        ),
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=chat_template(image="<image>"),
+    )
+
+
+def _smolvlm_processor(tokenizer):
+    from transformers import SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
+
+    return SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(
+            size={"longest_edge": 112}, max_image_size={"longest_edge": 56}, do_image_splitting=True
+        ),
+        video_processor=SmolVLMVideoProcessor(
+            size={"longest_edge": 56}, max_image_size={"longest_edge": 56}, num_frames=4, fps=1
+        ),
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=chat_template(image="<image>", video="<video>"),
+    )
+
+
+# --- Mistral3 (Pixtral vision: [IMG_BREAK] / [IMG_END] grid) --------------------------
+
+
+def _mistral3_config(tokenizer):
+    from transformers import Mistral3Config, MistralConfig, PixtralVisionConfig
+
+    return Mistral3Config(
+        vision_config=PixtralVisionConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, head_dim=16,
+            image_size=112, patch_size=14,
+        ),
+        text_config=MistralConfig(**_text(_vocab(tokenizer)), sliding_window=None),
+        spatial_merge_size=2,
+        **_ids(tokenizer, image_token_index="[IMG]"),
+    )
+
+
+def _mistral3_processor(tokenizer):
+    from transformers import PixtralImageProcessor, PixtralProcessor
+
+    return PixtralProcessor(
+        image_processor=PixtralImageProcessor(size={"longest_edge": 112}, patch_size=14),
+        tokenizer=tokenizer,
+        patch_size=14,
+        spatial_merge_size=2,
+        chat_template=chat_template(image="[IMG]"),
+    )
+
+
+_register(
+    ZooSpec(
+        name="llava_next",
+        make_config=_llava_next_config,
+        make_processor=_llava_next_processor,
+        special_tokens=["<image>"],
+        tokenizer_attributes={"image_token": "<image>"},
+        min_image_side=112,
+    )
+)
+_register(
+    ZooSpec(
+        name="llava_onevision",
+        make_config=_llava_onevision_config,
+        make_processor=_llava_onevision_processor,
+        special_tokens=["<image>", "<video>"],
+        tokenizer_attributes={"image_token": "<image>", "video_token": "<video>"},
+        min_image_side=112,
+    )
+)
+_register(
+    ZooSpec(
+        name="internvl",
+        make_config=_internvl_config,
+        make_processor=_internvl_processor,
+        special_tokens=["<img>", "</img>", "<IMG_CONTEXT>", "<video>", "<image>"],
+        tokenizer_attributes={
+            "start_image_token": "<img>", "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>",
+        },
+        min_image_side=112,
+    )
+)
+_register(
+    ZooSpec(
+        name="gemma3",
+        make_config=_gemma3_config,
+        make_processor=_gemma3_processor,
+        special_tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
+        tokenizer_attributes={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
+    )
+)
+_register(
+    ZooSpec(
+        name="idefics3",
+        make_config=_idefics3_config,
+        make_processor=_idefics3_processor,
+        special_tokens=_IDEFICS_TOKENS,
+        min_image_side=112,
+    )
+)
+_register(
+    ZooSpec(
+        name="smolvlm",
+        make_config=lambda tok: _idefics3_config(tok, "SmolVLMConfig", "SmolVLMVisionConfig"),
+        make_processor=_smolvlm_processor,
+        special_tokens=[*_IDEFICS_TOKENS, "<video>"],
+        tokenizer_attributes={"image_token": "<image>", "video_token": "<video>"},
+        min_image_side=112,
+    )
+)
+_register(
+    ZooSpec(
+        name="mistral3",
+        make_config=_mistral3_config,
+        make_processor=_mistral3_processor,
+        special_tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"],
+        min_image_side=64,
+    )
+)
