@@ -30,6 +30,8 @@ from vllm.multimodal.inputs import MultiModalFeatureSpec
 from . import split
 from .head import HFLogitsHead
 from .processing import (
+    DATA_KEY,
+    ENCODER_KEY,
     HF_DATA_KEYS,
     NUM_EMBEDS_KEY,
     TYPE_IDS_KEY,
@@ -38,7 +40,7 @@ from .processing import (
     HFBridgeProcessingInfo,
     own_keys,
 )
-from .placeholders import TOKEN_TYPE_IDS
+from .placeholders import MODALITY_OF_TYPE, TOKEN_TYPE_IDS
 from .versions import log_handling
 
 
@@ -86,9 +88,13 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         if modality is None:
             return []
         counts = [int(c) for c in _items(kwargs.pop(NUM_EMBEDS_KEY.format(modality)))]
+        encoder_types = {int(t) for t in _items(kwargs.pop(ENCODER_KEY.format(modality)))}
+        (encoder,) = {MODALITY_OF_TYPE[t] for t in encoder_types}
         for key in own_keys(modality):
             kwargs.pop(key, None)
-        items = [{k: _items(v)[i] for k, v in kwargs.items()} for i in range(len(counts))]
+        prefix = DATA_KEY.format(modality, "")
+        data = {k.removeprefix(prefix): v for k, v in kwargs.items() if k.startswith(prefix)}
+        items = [{k: _items(v)[i] for k, v in data.items()} for i in range(len(counts))]
         signatures = [
             split.item_signature({k: tuple(v.shape) if isinstance(v, torch.Tensor) else repr(v) for k, v in item.items()})
             for item in items
@@ -96,7 +102,7 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         embeddings: list[torch.Tensor | None] = [None] * len(items)
         for group in split.batch_groups(signatures):
             fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}
-            rows = self._encode(modality, fields)
+            rows = self._encode(encoder, fields)
             sizes = split.split_rows(rows.shape[0], [counts[i] for i in group])
             for i, emb in zip(group, torch.split(rows, sizes)):
                 embeddings[i] = emb
@@ -127,8 +133,10 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
             item_types = data[TYPE_IDS_KEY.format(feature.modality)].data
             type_ids[pos.offset : pos.offset + pos.length] = item_types
             for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
-                if key in data:
-                    grids.setdefault(key, []).append(data[key].data.reshape(-1, *data[key].data.shape[-1:]) if key != "second_per_grid_ts" else data[key].data.reshape(-1))
+                field = data.get(DATA_KEY.format(feature.modality, key))
+                if field is not None:
+                    value = field.data
+                    grids.setdefault(key, []).append(value.reshape(-1) if key == "second_per_grid_ts" else value.reshape(-1, value.shape[-1]))
         get_rope_index = self.model.get_rope_index
         accepted = _accepted_kwargs(get_rope_index)
         kwargs: dict[str, Any] = {k: torch.cat(v) for k, v in grids.items()}

@@ -72,10 +72,16 @@ class Expansion:
     is_embed: tuple[bool, ...]
     type_ids: tuple[int, ...]
     """The processor's own token types over the expansion (what M-RoPE reads)."""
+    encoder_modality: str = ""
+    """Whose encoder makes the embeddings: the modality the processor *typed* the item
+    as. Usually the item's own; InternVL types a video's frames as image tokens, and
+    its model encodes them as images."""
 
     def __post_init__(self):
         if not (len(self.token_ids) == len(self.is_embed) == len(self.type_ids)):
             raise ValueError("token_ids, is_embed and type_ids must have equal lengths")
+        if not self.encoder_modality:
+            object.__setattr__(self, "encoder_modality", self.modality)
 
     @property
     def num_embeds(self) -> int:
@@ -85,17 +91,16 @@ class Expansion:
         return len(self.token_ids)
 
 
-def feature_token_id(token_ids: Sequence[int], type_ids: Sequence[int], modality: str) -> int:
-    """The token that carries the embeddings: the most frequent one typed as `modality`.
+def feature_token_id(token_ids: Sequence[int], type_ids: Sequence[int], type_id: int) -> int:
+    """The token that carries the embeddings: the most frequent one of type `type_id`.
 
-    Used only when the processor does not name it (`image_token_id`, ...). Every
-    processor in transformers repeats its feature token once per embedding row, and
-    markers occur at most once per row, so the mode is the feature token.
+    Used only when the checkpoint names no feature token that occurs in the expansion.
+    Every processor in transformers repeats its feature token once per embedding row,
+    and markers occur at most once per row, so the mode is the feature token.
     """
-    type_id = TOKEN_TYPE_IDS[modality]
     typed = [t for t, ty in zip(token_ids, type_ids) if ty == type_id]
     if not typed:
-        raise PlaceholderError(f"no token is typed as {modality} ({type_id})")
+        raise PlaceholderError(f"no token is typed as {MODALITY_OF_TYPE.get(type_id, type_id)}")
     return Counter(typed).most_common(1)[0][0]
 
 
@@ -105,16 +110,20 @@ def expansion_from_probe(
     placeholder_span: tuple[int, int],
     processed_ids: Sequence[int],
     processed_type_ids: Sequence[int],
-    embed_token_id: int | None = None,
+    embed_token_candidates: Sequence[int] = (),
 ) -> Expansion:
     """Read one item's expansion off the processor's output for a one-item probe.
 
     `probe_ids` is the probe text tokenized as the processor's tokenizer does, with the
     item's placeholder (one token or several, such as Qwen's
     `<|vision_start|><|image_pad|><|vision_end|>`) at `placeholder_span`, a
-    `[start, end)` pair. The processor keeps what stands
-    before and after the placeholder, so the expansion is what lies between that frame
-    in `processed_ids`, whatever the token types say: untyped markers are inside.
+    `[start, end)` pair. The processor keeps what stands before and after the
+    placeholder, so the expansion is what lies between that frame in
+    `processed_ids`, whatever the token types say: untyped markers are inside.
+
+    The embedding positions hold the first of `embed_token_candidates` (the feature
+    tokens the checkpoint names) that occurs in the expansion, else the most frequent
+    typed token.
     """
     start, stop = placeholder_span
     prefix = list(probe_ids[:start])
@@ -127,7 +136,6 @@ def expansion_from_probe(
             f"the processor changed the text around the {modality} placeholder, so its "
             "expansion cannot be located"
         )
-    type_id = TOKEN_TYPE_IDS[modality]
     outside = [
         i
         for i, ty in enumerate(processed_type_ids)
@@ -140,15 +148,19 @@ def expansion_from_probe(
         )
     token_ids = tuple(processed_ids[len(prefix) : end])
     type_ids = tuple(processed_type_ids[len(prefix) : end])
-    if type_id not in type_ids:
+    typed = Counter(t for t in type_ids if t != 0)
+    if not typed:
         raise PlaceholderError(
-            f"the processor typed no token of the {modality} expansion as {modality} "
-            f"({type_id}); it does not report `mm_token_type_ids` for this modality"
+            f"the processor typed no token of the {modality} expansion as multimodal; it "
+            "does not report `mm_token_type_ids` for this modality"
         )
-    if embed_token_id is None:
-        embed_token_id = feature_token_id(token_ids, type_ids, modality)
-    is_embed = tuple(t == embed_token_id for t in token_ids)
-    return Expansion(modality, token_ids, is_embed, type_ids)
+    own = TOKEN_TYPE_IDS[modality]
+    encoder_type = own if own in typed else typed.most_common(1)[0][0]
+    embed = next((c for c in embed_token_candidates if c in token_ids), None)
+    if embed is None:
+        embed = feature_token_id(token_ids, type_ids, encoder_type)
+    is_embed = tuple(t == embed for t in token_ids)
+    return Expansion(modality, token_ids, is_embed, type_ids, MODALITY_OF_TYPE[encoder_type])
 
 
 @dataclass(frozen=True)

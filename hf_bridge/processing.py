@@ -39,7 +39,12 @@ logger = init_logger(__name__)
 HF_DATA_KEYS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
 """The keyword(s) under which `ProcessorMixin.__call__` takes each modality's data."""
 
+DATA_KEY = "{}.{}"
+"""An item's processor output `key` is stored as `"<modality>.<key>"`: two modalities
+may use one name (InternVL's videos arrive as `pixel_values`, like its images)."""
+ENCODER_KEY = "hf_bridge_{}_encoder"
 EXPANSION_KEY = "hf_bridge_{}_expansion"
+MAX_COUNTED_SIDE = 1024
 IS_EMBED_KEY = "hf_bridge_{}_is_embed"
 TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
 NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
@@ -47,7 +52,9 @@ NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
 
 
 def own_keys(modality: str) -> tuple[str, ...]:
-    return tuple(k.format(modality) for k in (EXPANSION_KEY, IS_EMBED_KEY, TYPE_IDS_KEY, NUM_EMBEDS_KEY))
+    return tuple(
+        k.format(modality) for k in (EXPANSION_KEY, IS_EMBED_KEY, TYPE_IDS_KEY, NUM_EMBEDS_KEY, ENCODER_KEY)
+    )
 
 
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
@@ -79,23 +86,27 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 out[modality] = text
         return out
 
-    def embed_token_id(self, modality: str) -> int | None:
-        """The token whose positions receive embeddings, where the checkpoint names it.
+    def embed_token_candidates(self, modality: str) -> list[int]:
+        """Tokens the checkpoint names as holding embeddings, most authoritative first.
 
         The model config comes first: it is what the HF forward scatters features by
         (`get_placeholder_mask`). Processors' own `image_token_id` can name a marker
-        instead (Gemma3's is its begin-of-image token).
+        instead (Gemma3's is its begin-of-image token). The other modalities' tokens
+        follow, for processors that expand one modality into another's tokens.
         """
-        config = self.get_hf_config()
-        for source, names in (
-            (config, (f"{modality}_token_id", f"{modality}_token_index")),
-            (self.get_hf_processor(), (f"{modality}_token_id",)),
-        ):
-            for name in names:
+        config, processor = self.get_hf_config(), self.get_hf_processor()
+        order = [modality, *(m for m in HF_DATA_KEYS if m != modality)]
+        candidates = []
+        for m in order:
+            for source, name in (
+                (config, f"{m}_token_id"),
+                (config, f"{m}_token_index"),
+                (processor, f"{m}_token_id"),
+            ):
                 value = getattr(source, name, None)
-                if isinstance(value, int):
-                    return value
-        return None
+                if isinstance(value, int) and value not in candidates:
+                    candidates.append(value)
+        return candidates
 
     def probe(self, modality: str, item: Any, hf_kwargs: Mapping[str, object]) -> tuple[BatchFeature, placeholders.Expansion]:
         """Process one item alone; return its data and its placeholder expansion."""
@@ -126,7 +137,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             (start, start + len(target)),
             out["input_ids"][0].tolist(),
             type_ids[0].tolist(),
-            self.embed_token_id(modality),
+            self.embed_token_candidates(modality),
         )
         return out, expansion
 
@@ -157,7 +168,12 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return max(counted, self._count_from_output("video", size, num_frames))
 
     def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
-        """Placeholder length of one blank item of `size`, read off processed output."""
+        """Placeholder length of one blank item of `size`, read off processed output.
+
+        Sides are capped at `MAX_COUNTED_SIDE`: the size search probes a 10,000 px
+        fallback, which only a processor that counts arithmetically can afford.
+        """
+        size = ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
         key = (modality, size.width, size.height, num_frames)
         if key not in self._counted:
             import numpy as np
@@ -242,12 +258,14 @@ def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholder
     """One `BatchFeature` whose fields hold one entry per item (vLLM's `batched` layout)."""
     merged: dict[str, Any] = {}
     for modality, outputs in per_modality.items():
-        keys = split.item_data_keys(list(outputs[0][0].keys()))
+        keys = [DATA_KEY.format(modality, k) for k in split.item_data_keys(list(outputs[0][0].keys()))]
         for key in keys:
-            if key in merged:
-                raise ValueError(f"processor output key {key!r} is produced by two modalities")
-            merged[key] = [out[key] if key in out else None for out, _ in outputs]
+            name = key.split(".", 1)[1]
+            merged[key] = [out[name] if name in out else None for out, _ in outputs]
         merged[f"hf_bridge_{modality}_keys"] = keys
+        merged[ENCODER_KEY.format(modality)] = [
+            torch.tensor(placeholders.TOKEN_TYPE_IDS[e.encoder_modality]) for _, e in outputs
+        ]
         merged[EXPANSION_KEY.format(modality)] = [torch.tensor(e.token_ids) for _, e in outputs]
         merged[IS_EMBED_KEY.format(modality)] = [torch.tensor(e.is_embed) for _, e in outputs]
         merged[TYPE_IDS_KEY.format(modality)] = [torch.tensor(e.type_ids) for _, e in outputs]
