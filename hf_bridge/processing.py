@@ -121,8 +121,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         probe_ids = tokenizer.encode(text)
         target = tokenizer.encode(text, add_special_tokens=False)
         start = _find_sublist(probe_ids, target)
-        data = {"text": text, **item, "return_mm_token_type_ids": True}
-        out = self.ctx.call_hf_processor(self.get_hf_processor(**hf_kwargs), data, hf_kwargs)
+        out = self._call_one_item(text, item, hf_kwargs)
         type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
         if type_ids is None:
             raise ValueError(
@@ -140,6 +139,24 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             self.embed_token_candidates(modality),
         )
         return out, expansion
+
+    def _call_one_item(self, text: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]) -> BatchFeature:
+        """Call the HF processor on one item, flat (`videos=[v]`) or per sample (`[[v]]`).
+
+        Processors disagree on the layout of media lists (SmolVLM counts a flat
+        video's frames as videos); the per-sample layout is what every processor
+        accepts for a batch of one, so it is tried when the flat one is refused.
+        """
+        processor = self.get_hf_processor(**hf_kwargs)
+        data = {"text": text, **item, "return_mm_token_type_ids": True}
+        try:
+            return self.ctx.call_hf_processor(processor, data, hf_kwargs)
+        except ValueError as flat_error:
+            nested = {"text": [text], **{k: [v] for k, v in item.items()}, "return_mm_token_type_ids": True}
+            try:
+                return self.ctx.call_hf_processor(processor, nested, hf_kwargs)
+            except ValueError:
+                raise flat_error from None
 
     # -- counting ---------------------------------------------------------------------
 

@@ -78,13 +78,21 @@ def prompt_text(processor, case: Case) -> str:
     return processor.apply_chat_template(case.messages(), add_generation_prompt=True)
 
 
-def hf_inputs(processor, case: Case):
+def hf_inputs(processor, case: Case, **extra):
+    """The processor called as a transformers user would; media lists flat, else per sample."""
     kwargs: dict[str, Any] = {}
     if case.images:
         kwargs["images"] = case.images
     if case.videos:
         kwargs["videos"] = case.videos
-    return processor(text=[prompt_text(processor, case)], return_tensors="pt", **kwargs)
+    text = [prompt_text(processor, case)]
+    try:
+        return processor(text=text, return_tensors="pt", **kwargs, **extra)
+    except ValueError:
+        if not kwargs:
+            raise
+        nested = {k: [v] for k, v in kwargs.items()}
+        return processor(text=text, return_tensors="pt", **nested, **extra)
 
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:

@@ -32,6 +32,8 @@ def references(model_dir: str | Path, side: int, case_names: list[str]) -> dict[
     model_dir = Path(model_dir)
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    if cache.pop("harness", None) != _harness_digest():
+        cache = {}  # the reference recipe changed: recompute everything
     missing = [n for n in case_names if f"{side}/{n}" not in cache]
     if missing:
         cmd = [sys.executable, "-m", "hf_bridge.validate.reference", str(model_dir), str(side), *missing]
@@ -39,12 +41,22 @@ def references(model_dir: str | Path, side: int, case_names: list[str]) -> dict[
         if done.returncode != 0:
             raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
         cache.update(json.loads(done.stdout.strip().splitlines()[-1]))
-        cache_file.write_text(json.dumps(cache))
+        cache_file.write_text(json.dumps({**cache, "harness": _harness_digest()}))
     out: dict[str, parity.Result | NotApplicable] = {}
     for name in case_names:
         entry = cache[f"{side}/{name}"]
         out[name] = NotApplicable(entry["error"]) if "error" in entry else parity.Result(**entry)
     return out
+
+
+def _harness_digest() -> str:
+    import hashlib
+    import inspect
+
+    from . import reference
+
+    source = inspect.getsource(parity) + inspect.getsource(reference)
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> None:
