@@ -6,12 +6,15 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from .specs import SPECS, ZooSpec
 from .tokenizer import build_tokenizer
 
 ZOO_VERSION = "1"
+STAMP = "hf_bridge_zoo.json"
 """Bump when a recipe changes, so cached checkpoints are rebuilt."""
 
 
@@ -47,17 +50,38 @@ def _init_weights(model, std: float, seed: int) -> None:
 def build(name: str, directory: Path | None = None, *, seed: int = 0, force: bool = False) -> Path:
     """Build the tiny checkpoint `name` (see `SPECS`) into `directory` and return it.
 
-    Cached: a directory holding a finished build of the same recipe is reused.
+    Cached: a directory holding a finished build of the same recipe is reused. A new
+    build runs in a fresh interpreter: once a vLLM engine has been built in a process,
+    vLLM has decorated transformers' model classes in place, and a model instantiated
+    there afterwards is not plain transformers.
     """
+    if name not in SPECS:
+        raise KeyError(f"no zoo model {name!r}; choose one of {', '.join(SPECS)}")
+    directory = Path(directory or default_cache_dir() / f"{name}-s{seed}")
+    if not force and _is_built(directory, name, seed):
+        return directory
+    cmd = [sys.executable, "-m", "hf_bridge.zoo", name, "--dir", str(directory), "--seed", str(seed)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0 or not _is_built(directory, name, seed):
+        raise RuntimeError(f"building zoo model {name!r} failed:\n{done.stderr[-4000:]}")
+    return directory
+
+
+def _key(name: str, seed: int) -> dict:
+    return {"zoo_version": ZOO_VERSION, "name": name, "seed": seed, "digest": _recipe_digest(SPECS[name])}
+
+
+def _is_built(directory: Path, name: str, seed: int) -> bool:
+    stamp = directory / STAMP
+    return stamp.exists() and json.loads(stamp.read_text()) == _key(name, seed)
+
+
+def build_here(name: str, directory: Path, seed: int = 0) -> Path:
+    """Build in this interpreter (what `build` runs in its subprocess)."""
     import torch
     from transformers import AutoModelForImageTextToText
 
     spec: ZooSpec = SPECS[name]
-    directory = Path(directory or default_cache_dir() / f"{name}-s{seed}")
-    stamp = directory / "hf_bridge_zoo.json"
-    key = {"zoo_version": ZOO_VERSION, "name": name, "seed": seed, "digest": _recipe_digest(spec)}
-    if not force and stamp.exists() and json.loads(stamp.read_text()) == key:
-        return directory
     if directory.exists():
         shutil.rmtree(directory)  # stale files (old references) must not survive a rebuild
     directory.mkdir(parents=True)
@@ -74,11 +98,11 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     _init_weights(model, spec.init_std, seed)
     model.generation_config.do_sample = False
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        setattr(model.generation_config, name, getattr(tokenizer, name))
+    for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(model.generation_config, field, getattr(tokenizer, field))
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
-    stamp.write_text(json.dumps(key))
+    (directory / STAMP).write_text(json.dumps(_key(name, seed)))
     return directory
 
 

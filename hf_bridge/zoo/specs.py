@@ -76,6 +76,11 @@ class ZooSpec:
     """Init scale: large enough that a random model's continuation is not one token."""
     notes: str = ""
 
+    @property
+    def has_video(self) -> bool:
+        """Whether the processor takes video (decided by building it, cheaply)."""
+        return self.name in VIDEO_ARCHS
+
 
 def _vocab(tokenizer) -> int:
     return len(tokenizer)
@@ -187,6 +192,8 @@ def _qwen_vl_processor(processor_cls: str):
 _QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 SPECS: dict[str, ZooSpec] = {}
+VIDEO_ARCHS = frozenset({"qwen2_vl", "qwen2_5_vl", "llava_onevision", "internvl", "smolvlm"})
+"""Zoo models whose HF processor has a video processor."""
 
 
 def _register(spec: ZooSpec) -> None:
