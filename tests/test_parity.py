@@ -56,8 +56,8 @@ def test_parity(arch, case, zoo, engines):
     from transformers import AutoProcessor
 
     model_dir = zoo(arch)
-    side = SPECS[arch].min_image_side
-    reference = references(model_dir, side, [case])[case]
+    the_case = parity.standard_cases(SPECS[arch].min_image_side)[case]
+    (reference,) = references(model_dir, [the_case])
     if isinstance(reference, NotApplicable):
         _record(arch, case, "n/a", reference.error)
         assert (arch, case) in NA, f"transformers failed unexpectedly: {reference.error}"
@@ -69,7 +69,7 @@ def test_parity(arch, case, zoo, engines):
     processor = AutoProcessor.from_pretrained(model_dir)
     try:
         llm = engines.get(model_dir, limit_mm_per_prompt=limits(arch))
-        got = parity.vllm_result(llm, processor, parity.standard_cases(side)[case])
+        got = parity.vllm_result(llm, processor, the_case)
     except Exception as exc:
         engines.close()  # an in-process engine that raised may hang on its next request
         _record(arch, case, "error", f"{type(exc).__name__}: {exc}"[:300])

@@ -9,8 +9,10 @@ as a transformers user would: `processor(text=..., images=..., videos=...)`,
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +24,35 @@ ATOL = 1e-3
 MAX_NEW_TOKENS = 8
 
 
-@dataclass
+@dataclass(frozen=True)
 class Case:
-    """One prompt: chat messages and the media they refer to, in order."""
+    """One prompt, defined by plain parameters so it can be rebuilt in another process.
+
+    Its media are deterministic: image i is a textured `side`-based image of seed i+1.
+    """
 
     name: str
-    images: list[Any] = field(default_factory=list)
-    videos: list[Any] = field(default_factory=list)
+    side: int = 64
+    num_images: int = 0
+    num_videos: int = 0
     text: str = "Describe what you see."
 
+    @property
+    def images(self) -> list[Any]:
+        shapes = [(self.side + self.side // 2, self.side), (self.side, self.side + self.side // 3)]
+        return [test_image(*shapes[i % 2], seed=i + 1) for i in range(self.num_images)]
+
+    @property
+    def videos(self) -> list[Any]:
+        return [test_video(seed=7 + i) for i in range(self.num_videos)]
+
     def messages(self) -> list[dict]:
-        content = [{"type": "image"} for _ in self.images] + [{"type": "video"} for _ in self.videos]
-        content.append({"type": "text", "text": self.text})
+        content = [{"type": "image"}] * self.num_images + [{"type": "video"}] * self.num_videos
+        content = [dict(c) for c in content] + [{"type": "text", "text": self.text}]
         return [{"role": "user", "content": content}]
+
+    def key(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
 def test_image(width: int, height: int, seed: int):
@@ -55,13 +73,11 @@ def test_video(num_frames: int = 4, width: int = 112, height: int = 112, seed: i
 
 def standard_cases(side: int) -> dict[str, Case]:
     """The cases every zoo model runs: `side` is large enough for >= 2 tiles."""
-    a = test_image(side + side // 2, side, seed=1)
-    b = test_image(side, side + side // 3, seed=2)
     return {
-        "one_image": Case("one_image", images=[a]),
-        "two_images": Case("two_images", images=[a, b], text="Compare the two images."),
-        "text_only": Case("text_only", text="Tell me about the weather today."),
-        "video": Case("video", videos=[test_video()], text="Summarize the video."),
+        "one_image": Case("one_image", side, num_images=1),
+        "two_images": Case("two_images", side, num_images=2, text="Compare the two images."),
+        "text_only": Case("text_only", side, text="Tell me about the weather today."),
+        "video": Case("video", side, num_videos=1, text="Summarize the video."),
     }
 
 
@@ -81,9 +97,9 @@ def prompt_text(processor, case: Case) -> str:
 def hf_inputs(processor, case: Case, **extra):
     """The processor called as a transformers user would; media lists flat, else per sample."""
     kwargs: dict[str, Any] = {}
-    if case.images:
+    if case.num_images:
         kwargs["images"] = case.images
-    if case.videos:
+    if case.num_videos:
         kwargs["videos"] = case.videos
     text = [prompt_text(processor, case)]
     try:
@@ -129,10 +145,10 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
 def vllm_request(processor, case: Case) -> dict:
     request: dict[str, Any] = {"prompt": prompt_text(processor, case)}
     mm: dict[str, Any] = {}
-    if case.images:
-        mm["image"] = case.images if len(case.images) > 1 else case.images[0]
-    if case.videos:
-        mm["video"] = case.videos if len(case.videos) > 1 else case.videos[0]
+    if case.num_images:
+        mm["image"] = case.images if case.num_images > 1 else case.images[0]
+    if case.num_videos:
+        mm["video"] = case.videos if case.num_videos > 1 else case.videos[0]
     if mm:
         request["multi_modal_data"] = mm
     return request

@@ -27,26 +27,23 @@ class NotApplicable:
     error: str
 
 
-def references(model_dir: str | Path, side: int, case_names: list[str]) -> dict[str, parity.Result | NotApplicable]:
-    """Reference results for `case_names` of `parity.standard_cases(side)`, cached beside the model."""
+def references(model_dir: str | Path, cases: list[parity.Case]) -> list[parity.Result | NotApplicable]:
+    """Reference results for `cases`, cached beside the model."""
     model_dir = Path(model_dir)
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     if cache.pop("harness", None) != _harness_digest():
         cache = {}  # the reference recipe changed: recompute everything
-    missing = [n for n in case_names if f"{side}/{n}" not in cache]
+    missing = [c.key() for c in cases if c.key() not in cache]
     if missing:
-        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", str(model_dir), str(side), *missing]
+        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", str(model_dir), *missing]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
         cache.update(json.loads(done.stdout.strip().splitlines()[-1]))
         cache_file.write_text(json.dumps({**cache, "harness": _harness_digest()}))
-    out: dict[str, parity.Result | NotApplicable] = {}
-    for name in case_names:
-        entry = cache[f"{side}/{name}"]
-        out[name] = NotApplicable(entry["error"]) if "error" in entry else parity.Result(**entry)
-    return out
+    entries = [cache[c.key()] for c in cases]
+    return [NotApplicable(e["error"]) if "error" in e else parity.Result(**e) for e in entries]
 
 
 def _harness_digest() -> str:
@@ -62,8 +59,7 @@ def _harness_digest() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model_dir")
-    parser.add_argument("side", type=int)
-    parser.add_argument("cases", nargs="+")
+    parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
 
     import torch
@@ -71,14 +67,14 @@ def main(argv: list[str] | None = None) -> None:
 
     processor = AutoProcessor.from_pretrained(args.model_dir)
     model = AutoModelForImageTextToText.from_pretrained(args.model_dir, dtype=torch.float32).eval()
-    cases = parity.standard_cases(args.side)
     results = {}
-    for name in args.cases:
+    for key in args.cases:
+        case = parity.Case(**json.loads(key))
         try:
-            result = parity.hf_reference(args.model_dir, cases[name], model=model, processor=processor)
-            results[f"{args.side}/{name}"] = dataclasses.asdict(result)
+            result = parity.hf_reference(args.model_dir, case, model=model, processor=processor)
+            results[key] = dataclasses.asdict(result)
         except Exception as exc:  # recorded: transformers' own error makes the case N/A
-            results[f"{args.side}/{name}"] = {"error": f"{type(exc).__name__}: {exc}"}
+            results[key] = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(results))
 
 
