@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    d.add_argument("--arch", choices=list(SPECS), default="llava", help="tiny zoo architecture to serve")
+    d.add_argument("--arch", choices=[a for a, s in SPECS.items() if s.servable], default="llava", help="tiny zoo architecture to serve")
     d.add_argument("--prompt", default="Describe the image.", help="the user's text, after the images")
     d.add_argument("--images", type=int, choices=[0, 1, 2], default=1, help="number of (generated) test images")
     d.add_argument("--multiprocess", action="store_true", help="run vLLM's engine core in its own process (vLLM's default; slower to start)")

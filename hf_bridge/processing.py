@@ -32,7 +32,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import placeholders, split
+from . import errors, placeholders, split
 
 logger = init_logger(__name__)
 
@@ -65,6 +65,16 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         # The in-tree check also demands that the processor can *count* video tokens,
         # and silently serves no video otherwise; hf_bridge counts from the output.
         return hasattr(self.get_hf_processor(), "video_processor")
+
+    def validate_num_items(self, modality: str, num_items: int) -> None:
+        if num_items and modality not in self.supported_mm_limits:
+            raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, self.get_hf_processor()))
+        super().validate_num_items(modality, num_items)
+
+    def parse_mm_data(self, mm_data, *, validate: bool = True):
+        if validate:
+            errors.check_media_types(mm_data)
+        return super().parse_mm_data(mm_data, validate=validate)
 
     def placeholder_text(self, modality: str) -> str:
         """What a prompt holds for one item: what the chat template emits for it.
@@ -124,12 +134,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         out = self._call_one_item(text, item, hf_kwargs)
         type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
         if type_ids is None:
-            raise ValueError(
-                f"{type(self.get_hf_processor()).__name__} returned no `mm_token_type_ids` "
-                "(nor `token_type_ids`) for `return_mm_token_type_ids=True`, so hf_bridge "
-                "cannot tell which prompt tokens belong to which item. Update transformers, "
-                "or give the processor a `create_mm_token_type_ids` via `image_token_ids`."
-            )
+            raise ValueError(errors.no_token_types(self.get_hf_processor()))
         expansion = placeholders.expansion_from_probe(
             modality,
             probe_ids,
@@ -225,6 +230,24 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
 
     info: HFBridgeProcessingInfo
 
+    def apply(self, inputs, timing_ctx):
+        """Refuse a prompt whose placeholders and items do not pair up one to one.
+
+        vLLM would silently leave a surplus placeholder in the prompt as a plain token;
+        transformers refuses such a prompt, and so does hf_bridge, with the fix.
+        """
+        counts = inputs.mm_data_items.get_all_counts()
+        for modality in sorted(set(counts) | set(self.info._placeholder_texts)):
+            text = self.info._placeholder_texts.get(modality)
+            if text is None:
+                continue
+            target = self.info.get_tokenizer().encode(text, add_special_tokens=False)
+            found = errors.count_sublist(inputs.prompt, target)
+            given = counts.get(modality, 0)
+            if found != given and (given or found):
+                raise ValueError(errors.placeholder_mismatch(modality, text, found, given))
+        return super().apply(inputs, timing_ctx)
+
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
         hf_data, hf_kwargs, passthrough = self._get_hf_mm_inputs(mm_items, hf_kwargs)
         hf_data.pop("text", None)
@@ -235,11 +258,19 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 continue
             count = len(hf_data[present[0]])  # type: ignore[arg-type]
             per_modality[modality] = [
-                self.info.probe(modality, {k: [hf_data[k][i]] for k in present}, hf_kwargs)  # type: ignore[index]
+                self._probe_item(modality, i, {k: [hf_data[k][i]] for k in present}, hf_kwargs)  # type: ignore[index]
                 for i in range(count)
             ]
         merged = _merge_items(per_modality)
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough, merged)
+
+    def _probe_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
+        try:
+            return self.info.probe(modality, item, hf_kwargs)
+        except placeholders.PlaceholderError as exc:
+            raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
+        except ValueError as exc:
+            raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
 
     def _get_mm_fields_config(self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]) -> Mapping[str, MultiModalFieldConfig]:
         fields = {}

@@ -75,6 +75,8 @@ class ZooSpec:
     init_std: float = 0.5
     """Init scale: large enough that a random model's continuation is not one token."""
     notes: str = ""
+    servable: bool = True
+    """False for models kept to test that hf_bridge refuses them clearly."""
 
     @property
     def has_video(self) -> bool:
@@ -520,5 +522,49 @@ _register(
         make_processor=_mistral3_processor,
         special_tokens=["[IMG]", "[IMG_BREAK]", "[IMG_END]"],
         min_image_side=64,
+    )
+)
+
+
+# --- Idefics2: a processor that reports no multimodal token types --------------------
+
+
+def _idefics2_config(tokenizer):
+    from transformers import Idefics2Config, MistralConfig
+
+    return Idefics2Config(
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=56, patch_size=14
+        ),
+        perceiver_config=dict(
+            hidden_act="silu", resampler_n_latents=4, resampler_depth=1, resampler_n_heads=2,
+            resampler_head_dim=16, num_key_value_heads=1,
+        ),
+        text_config=MistralConfig(**_text(_vocab(tokenizer)), sliding_window=None),
+        **_ids(tokenizer, image_token_id="<image>"),
+    )
+
+
+def _idefics2_processor(tokenizer):
+    from transformers import Idefics2ImageProcessor, Idefics2Processor
+
+    return Idefics2Processor(
+        image_processor=Idefics2ImageProcessor(
+            size={"shortest_edge": 56, "longest_edge": 56}, do_image_splitting=False
+        ),
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=chat_template(image="<image>"),
+    )
+
+
+_register(
+    ZooSpec(
+        name="idefics2",
+        make_config=_idefics2_config,
+        make_processor=_idefics2_processor,
+        special_tokens=["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
+        notes="Its processor returns no mm_token_type_ids: hf_bridge refuses it with a clear error.",
+        servable=False,
     )
 )

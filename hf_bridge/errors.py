@@ -1,0 +1,109 @@
+"""Messages for bad requests: each names the problem and what to do about it.
+
+They are raised while a request is processed (as `ValueError`, which vLLM turns into a
+400 for that request), so the engine goes on serving the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_PLURAL = {"image": "images", "video": "videos", "audio": "audios"}
+
+
+def count_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
+    """Non-overlapping occurrences of `needle` in `haystack`."""
+    n, count, i = len(needle), 0, 0
+    if n == 0:
+        return 0
+    needle = list(needle)
+    while i <= len(haystack) - n:
+        if list(haystack[i : i + n]) == needle:
+            count += 1
+            i += n
+        else:
+            i += 1
+    return count
+
+
+def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int) -> str:
+    return (
+        f"The prompt holds {found} {modality} placeholder(s) ({placeholder!r}) but the request "
+        f"carries {given} {_PLURAL.get(modality, modality)}. Give exactly one {modality} per "
+        f"placeholder: add or remove {modality}s, or placeholders (applying the model's chat "
+        "template to messages with one {'type': '" + modality + "'} part per item does this)."
+    )
+
+
+def unsupported_modality(modality: str, supported: Mapping[str, Any], processor: Any) -> str:
+    takes = ", ".join(sorted(supported)) or "no multimodal"
+    return (
+        f"This model does not take {modality} input: its processor ({type(processor).__name__}) "
+        f"takes {takes} input only. Remove the {modality} from the request, or serve a model "
+        f"whose processor has a {modality} processor."
+    )
+
+
+def unprocessable_item(modality: str, index: int, exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    reason = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
+    return (
+        f"{modality.capitalize()} {index} of this request could not be processed by the model's "
+        f"HF processor ({type(cause).__name__}: {reason}). Check that it is a valid, decodable "
+        f"{modality}."
+    )
+
+
+_ACCEPTED = {
+    "image": "a PIL.Image, an HxWxC (or HxW) numpy array, a CxHxW torch tensor, or precomputed embeddings",
+    "video": "a sequence of frames: a TxHxWxC numpy array, a list of PIL images, or a (frames, metadata) pair",
+}
+
+
+def check_media_types(mm_data: Mapping[str, Any]) -> None:
+    """Reject media that no processor can read, before anything is processed."""
+    for modality, value in mm_data.items():
+        if modality not in _ACCEPTED or value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            problem = _media_problem(modality, item)
+            if problem:
+                raise ValueError(
+                    f"{modality.capitalize()} {index} of this request cannot be read as {modality}: "
+                    f"{problem}. Pass {_ACCEPTED[modality]}."
+                )
+
+
+def _media_problem(modality: str, item: Any) -> str | None:
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    if isinstance(item, (str, bytes)):
+        return f"got {type(item).__name__} {str(item)[:40]!r}, not decoded media"
+    if modality == "image":
+        if isinstance(item, (Image.Image, dict)):
+            return None
+        if isinstance(item, (np.ndarray, torch.Tensor)):
+            return None if item.ndim in (2, 3) else f"got an array of shape {tuple(item.shape)}"
+        return f"got {type(item).__name__}"
+    if modality == "video":
+        if isinstance(item, tuple):
+            item = item[0]
+        if isinstance(item, (np.ndarray, torch.Tensor)):
+            return None if item.ndim in (3, 4) else f"got an array of shape {tuple(item.shape)}"
+        return None if isinstance(item, (list, dict)) else f"got {type(item).__name__}"
+    return None
+
+
+def no_token_types(processor: Any) -> str:
+    return (
+        f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
+        "when called with `return_mm_token_type_ids=True`, so hf_bridge cannot tell which "
+        "prompt tokens belong to which item, and cannot serve this model. Serve it with vLLM's "
+        "in-tree backend (set HF_BRIDGE_DISABLE=1) or a native vLLM model, or use a "
+        "processor that lists its multimodal tokens (`image_token_ids`) as transformers' "
+        "`ProcessorMixin` expects."
+    )

@@ -1,0 +1,59 @@
+"""Engine scenarios that need vLLM's default multiprocess engine, run as a subprocess.
+
+Prints one JSON object per line: {"step": ..., "ok": ..., "error": ..., "tokens": ...}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def emit(**kwargs):
+    print("RESULT " + json.dumps(kwargs), flush=True)
+
+
+def bad_input(model_dir: str) -> None:
+    import numpy as np
+    from vllm import SamplingParams
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.engine import make_llm
+
+    llm = make_llm(model_dir, limit_mm_per_prompt={"image": 2})
+    image = parity.test_image(64, 64, 1)
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    good = {"prompt": "user: <image>Describe the image.assistant:", "multi_modal_data": {"image": image}}
+    bad = {
+        "more_placeholders": {"prompt": "user: <image><image>hi", "multi_modal_data": {"image": image}},
+        "fewer_placeholders": {"prompt": "user: <image>hi", "multi_modal_data": {"image": [image, image]}},
+        "unreadable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": np.zeros(5, np.uint8)}},
+        "undecodable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": "data:image/png;base64,AAAA"}},
+        "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
+    }
+    (first,) = llm.generate([good], params, use_tqdm=False)
+    emit(step="good_before", ok=True, tokens=list(first.outputs[0].token_ids))
+    for name, request in bad.items():
+        try:
+            llm.generate([request], params, use_tqdm=False)
+            emit(step=name, ok=True)
+        except Exception as exc:  # the message is what the test checks
+            emit(step=name, ok=False, error=f"{type(exc).__name__}: {exc}")
+        (out,) = llm.generate([good], params, use_tqdm=False)
+        emit(step=f"good_after_{name}", ok=True, tokens=list(out.outputs[0].token_ids))
+
+
+def engine_start(model_dir: str) -> None:
+    from hf_bridge.validate.engine import make_llm
+
+    try:
+        make_llm(model_dir, limit_mm_per_prompt={"image": 1})
+        emit(step="start", ok=True)
+    except Exception as exc:
+        emit(step="start", ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    {"bad-input": bad_input, "engine-start": engine_start}[sys.argv[1]](sys.argv[2])

@@ -1,0 +1,63 @@
+"""Bad requests get clear errors, raised while the request is processed, and vLLM's
+default (multiprocess) engine keeps serving good requests afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HELPER = Path(__file__).parent / "helpers" / "engine_scenarios.py"
+
+
+def run_scenario(name: str, model_dir, timeout: int = 600) -> dict[str, dict]:
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    done = subprocess.run(
+        [sys.executable, str(HELPER), name, str(model_dir)], capture_output=True, text=True, env=env, timeout=timeout
+    )
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            entry = json.loads(line[len("RESULT ") :])
+            results[entry["step"]] = entry
+    assert results, f"scenario {name} produced no result:\n{done.stderr[-3000:]}"
+    return results
+
+
+@pytest.fixture(scope="module")
+def bad_input_results(zoo):
+    return run_scenario("bad-input", zoo("llava"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "step,message",
+    [
+        ("more_placeholders", r"holds 2 image placeholder\(s\) \('<image>'\) but the request carries 1 images"),
+        ("fewer_placeholders", r"holds 1 image placeholder\(s\) .* carries 2 images"),
+        ("unreadable_image", r"Image 0 of this request cannot be read as image: got an array of shape \(5,\)"),
+        ("undecodable_image", r"Image 0 of this request cannot be read as image: got str"),
+        ("unsupported_modality", r"does not take video input: its processor \(LlavaProcessor\) takes image input only"),
+    ],
+)
+def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):
+    import re
+
+    result = bad_input_results[step]
+    assert not result["ok"], f"{step} was accepted"
+    assert re.search(message, result["error"]), result["error"]
+    before = bad_input_results["good_before"]["tokens"]
+    after = bad_input_results[f"good_after_{step}"]["tokens"]
+    assert len(before) == 8 and after == before
+
+
+@pytest.mark.slow
+def test_processor_without_token_types_is_refused_at_engine_start(zoo):
+    result = run_scenario("engine-start", zoo("idefics2"))["start"]
+    assert not result["ok"]
+    assert "Idefics2Processor returns no `mm_token_type_ids`" in result["error"]
+    assert "HF_BRIDGE_DISABLE=1" in result["error"]
