@@ -42,10 +42,7 @@ class HFLogitsHead(nn.Module):
 
     @classmethod
     def from_config(cls, config) -> "HFLogitsHead":
-        import transformers
-
-        arch = (getattr(config, "architectures", None) or [None])[0]
-        top_cls = getattr(transformers, arch, None) if arch else None
+        top_cls = generation_class(config)
         if top_cls is None:
             return cls(None)
         with torch.device("meta"):
@@ -71,3 +68,25 @@ class HFLogitsHead(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         return logits if self.is_identity else self._apply(logits)
+
+
+def generation_class(config):
+    """The HF class a transformers user generates with for `config`.
+
+    Looked up by model type (the auto mappings), not by `config.architectures`, which
+    `hf_overrides` may have pointed at hf_bridge's own name.
+    """
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping in (
+        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    ):
+        name = mapping.get(getattr(config, "model_type", None))
+        if name and hasattr(transformers, name):
+            return getattr(transformers, name)
+    for name in getattr(config, "architectures", None) or []:
+        if hasattr(transformers, name):
+            return getattr(transformers, name)
+    return None

@@ -59,7 +59,10 @@ def log_handling(hf_config) -> None:
     """The one start-up line saying hf_bridge serves this model."""
     from vllm.logger import init_logger
 
-    arch = (getattr(hf_config, "architectures", None) or ["?"])[0]
+    from .head import generation_class
+
+    cls = generation_class(hf_config)
+    arch = cls.__name__ if cls else (getattr(hf_config, "architectures", None) or ["?"])[0]
     init_logger("hf_bridge").info(
         "hf_bridge %s handles %s (model_type=%s) through its generic wrapper.",
         __version__(),

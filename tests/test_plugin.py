@@ -1,0 +1,97 @@
+"""The vLLM plugin: registration, the off switch, version checks, the start-up line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def resolved_classes(**env) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(HELPERS / "registry_probe.py")],
+        capture_output=True, text=True, env=dict(os.environ, **env), timeout=300,
+    )
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def test_entry_point_is_installed():
+    eps = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert eps.get("hf_bridge") == "hf_bridge.plugin:register"
+
+
+def test_transformers_backend_names_resolve_to_hf_bridge():
+    classes = resolved_classes(HF_BRIDGE_DISABLE="0")
+    for name in ("TransformersMultiModalForCausalLM", "TransformersMultiModalMoEForCausalLM", "HFBridgeForConditionalGeneration"):
+        assert classes[name] == "hf_bridge.model.HFBridgeForConditionalGeneration", classes
+
+
+def test_disable_switch_restores_vllm_in_tree_backend():
+    classes = resolved_classes(HF_BRIDGE_DISABLE="1")
+    assert classes["TransformersMultiModalForCausalLM"] == (
+        "vllm.model_executor.models.transformers.TransformersMultiModalForCausalLM"
+    )
+    assert classes["HFBridgeForConditionalGeneration"] is None
+
+
+def test_vllm_attention_function_is_vllm_own():
+    """hf_bridge reuses the "vllm" attention implementation; it never replaces it."""
+    import vllm.model_executor.models.transformers as in_tree
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from hf_bridge import model  # noqa: F401  (importing hf_bridge must not re-register)
+
+    assert ALL_ATTENTION_FUNCTIONS["vllm"] is in_tree.vllm_attention_forward
+
+
+def test_unsupported_versions_fail_with_a_clear_message(monkeypatch):
+    from hf_bridge import versions
+
+    monkeypatch.setattr(versions, "installed_version", lambda package: {"vllm": "0.31.2"}.get(package, "5.19.0"))
+    with pytest.raises(versions.UnsupportedVersionError, match=r"supports vllm>=0.32.0,<0.33.0, but vllm 0.31.2 is installed"):
+        versions.check_versions()
+    monkeypatch.setattr(versions, "installed_version", lambda package: {"transformers": "5.20.1"}.get(package, "0.32.0"))
+    with pytest.raises(versions.UnsupportedVersionError, match="HF_BRIDGE_DISABLE=1"):
+        versions.check_versions()
+
+
+def test_installed_versions_are_supported():
+    from hf_bridge import versions
+
+    versions.check_versions()
+
+
+@pytest.mark.engine
+def test_own_architecture_name_and_startup_line(zoo, engines, caplog):
+    """`hf_overrides` selects hf_bridge by name; start-up logs the one line saying so."""
+    import logging
+
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import parity
+
+    model_dir = zoo("llava")
+    processor = AutoProcessor.from_pretrained(model_dir)
+    case = parity.standard_cases(64)["one_image"]
+    with caplog.at_level(logging.INFO, logger="hf_bridge"):
+        llm = engines.get(
+            model_dir,
+            model_impl="auto",
+            hf_overrides={"architectures": ["HFBridgeForConditionalGeneration"]},
+            limit_mm_per_prompt={"image": 2},
+        )
+    lines = [r.getMessage() for r in caplog.records if "handles" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("hf_bridge 0.1.0 handles LlavaForConditionalGeneration (model_type=llava)"), lines
+    from hf_bridge.validate.reference import references
+
+    (reference,) = references(model_dir, [case])
+    assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
