@@ -21,8 +21,8 @@ class ItemView:
     offset: int
     length: int
     is_embed: list[bool]
-    data: dict[str, tuple]
-    """Field name -> shape of the item's cached data."""
+    data: dict[str, Any]
+    """Field name -> the item's cached data (tensors as the processor made them)."""
 
     @property
     def num_embeds(self) -> int:
@@ -52,6 +52,13 @@ def build_processor(model_dir: str | Path, **model_kwargs):
     return MULTIMODAL_REGISTRY.create_processor(config)
 
 
+def processor_cache(processor):
+    """vLLM's processor-side item cache, as the engine's front end keeps it."""
+    from vllm.multimodal.cache.base import MultiModalProcessorOnlyCache
+
+    return MultiModalProcessorOnlyCache(processor.info.ctx.model_config)
+
+
 def inspect_prompt(
     processor,
     prompt: str | list[int],
@@ -66,11 +73,8 @@ def inspect_prompt(
     for modality, ranges in out["mm_placeholders"].items():
         kwargs_items = out["mm_kwargs"].get(modality, [])
         for index, r in enumerate(ranges):
-            data = {}
             item = kwargs_items[index] if index < len(kwargs_items) else None
-            for key, elem in (item or {}).items():
-                value = elem.data
-                data[key] = tuple(value.shape) if hasattr(value, "shape") else type(value).__name__
+            data = {key: elem.data for key, elem in (item or {}).items()}
             is_embed = [True] * r.length if r.is_embed is None else [bool(x) for x in r.is_embed.tolist()]
             items.append(ItemView(modality, index, r.offset, r.length, is_embed, data))
     items.sort(key=lambda v: v.offset)
