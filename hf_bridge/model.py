@@ -112,7 +112,12 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         """Run the HF model's own `get_<modality>_features`; return one row per embedding."""
         get_features = getattr(self.model, f"get_{modality}_features")
         accepted = _accepted_kwargs(get_features)
-        kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
+        device = next(self.model.parameters()).device
+        kwargs = {
+            k: v.to(device) if isinstance(v, torch.Tensor) else v
+            for k, v in fields.items()
+            if accepted is None or k in accepted
+        }
         output = get_features(**kwargs, return_dict=True)
         features = getattr(output, "pooler_output", output)
         if isinstance(features, torch.Tensor):

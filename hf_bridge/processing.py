@@ -276,7 +276,10 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         fields = {}
         for modality in HF_DATA_KEYS:
             for key in hf_inputs.pop(f"hf_bridge_{modality}_keys", ()):
-                fields[key] = MultiModalFieldConfig.batched(modality)
+                # Integer fields are metadata (grids, sizes, counts): kept on the CPU they
+                # outlive the encoder inputs vLLM frees once an item's embeddings are
+                # cached, so later requests (prefix cache hits) can still read them.
+                fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=_is_metadata(hf_inputs[key]))
             if NUM_EMBEDS_KEY.format(modality) in hf_inputs:
                 for key in own_keys(modality):
                     fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=True)
@@ -319,6 +322,10 @@ def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholder
         merged[TYPE_IDS_KEY.format(modality)] = [torch.tensor(e.type_ids) for _, e in outputs]
         merged[NUM_EMBEDS_KEY.format(modality)] = torch.tensor([e.num_embeds for _, e in outputs])
     return BatchFeature(merged)
+
+
+def _is_metadata(values: list[Any]) -> bool:
+    return all(isinstance(v, torch.Tensor) and not v.is_floating_point() for v in values if v is not None)
 
 
 def _chat_template_placeholder(processor: Any, modality: str) -> str | None:
