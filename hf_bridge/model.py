@@ -167,9 +167,8 @@ def _torch_composites(root: torch.nn.Module):
     for parent in root.modules():
         for name, child in parent.named_children():
             is_builtin = type(child).__module__.startswith("torch.nn.modules")
-            if is_builtin and not isinstance(child, _CONTAINERS) and any(
-                isinstance(m, torch.nn.Linear) for m in child.modules()
-            ):
+            owns_linear = any(isinstance(m, torch.nn.Linear) for m in child.modules() if m is not child)
+            if is_builtin and owns_linear and not isinstance(child, _CONTAINERS):
                 yield parent, name, child
 
 

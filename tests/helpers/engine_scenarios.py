@@ -54,6 +54,21 @@ def engine_start(model_dir: str) -> None:
         emit(step="start", ok=False, error=f"{type(exc).__name__}: {exc}")
 
 
+def tensor_parallel(model_dir: str) -> None:
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.engine import make_llm
+
+    llm = make_llm(model_dir, tensor_parallel_size=2, limit_mm_per_prompt={"image": 2})
+    processor = AutoProcessor.from_pretrained(model_dir)
+    for name in ("one_image", "two_images"):
+        result = parity.vllm_result(llm, processor, parity.standard_cases(64)[name])
+        emit(step=name, ok=True, tokens=result.tokens, prompt_ids=result.prompt_ids,
+             token_logprobs=result.token_logprobs)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    {"bad-input": bad_input, "engine-start": engine_start}[sys.argv[1]](sys.argv[2])
+    scenarios = {"bad-input": bad_input, "engine-start": engine_start, "tensor-parallel": tensor_parallel}
+    scenarios[sys.argv[1]](sys.argv[2])
