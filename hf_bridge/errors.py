@@ -77,33 +77,16 @@ def check_media_types(mm_data: Mapping[str, Any]) -> None:
 
 
 def _media_problem(modality: str, item: Any) -> str | None:
+    """What makes `item` unreadable, for the cases that are certain; other types pass
+    on to vLLM's parser (which knows its own wrappers, such as `MediaWithBytes`)."""
     import numpy as np
     import torch
-    from PIL import Image
 
     if isinstance(item, (str, bytes)):
         return f"got {type(item).__name__} {str(item)[:40]!r}, not decoded media"
-    if modality == "image":
-        if isinstance(item, (Image.Image, dict)):
-            return None
-        if isinstance(item, (np.ndarray, torch.Tensor)):
-            return None if item.ndim in (2, 3) else f"got an array of shape {tuple(item.shape)}"
-        return f"got {type(item).__name__}"
-    if modality == "video":
-        if isinstance(item, tuple):
-            item = item[0]
-        if isinstance(item, (np.ndarray, torch.Tensor)):
-            return None if item.ndim in (3, 4) else f"got an array of shape {tuple(item.shape)}"
-        return None if isinstance(item, (list, dict)) else f"got {type(item).__name__}"
+    if modality == "video" and isinstance(item, tuple) and item:
+        item = item[0]
+    ndims = {"image": (2, 3), "video": (3, 4)}[modality]
+    if isinstance(item, (np.ndarray, torch.Tensor)) and item.ndim not in ndims:
+        return f"got an array of shape {tuple(item.shape)}"
     return None
-
-
-def no_token_types(processor: Any) -> str:
-    return (
-        f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
-        "when called with `return_mm_token_type_ids=True`, so hf_bridge cannot tell which "
-        "prompt tokens belong to which item, and cannot serve this model. Serve it with vLLM's "
-        "in-tree backend (set HF_BRIDGE_DISABLE=1) or a native vLLM model, or use a "
-        "processor that lists its multimodal tokens (`image_token_ids`) as transformers' "
-        "`ProcessorMixin` expects."
-    )

@@ -46,16 +46,3 @@ def test_split_rows_refuses_to_pad_or_cut():
     with pytest.raises(SplitError, match="returned 9 embedding rows for 2 item"):
         split_rows(9, [4, 6])
 
-
-def test_only_torch_composites_are_kept_from_layer_replacement():
-    """nn.MultiheadAttention is hidden from vLLM's replacement; plain layers are not."""
-    import torch
-
-    from hf_bridge.model import _torch_composites
-
-    root = torch.nn.Module()
-    root.proj = torch.nn.Linear(4, 4)
-    root.pool = torch.nn.MultiheadAttention(4, 2)
-    root.stack = torch.nn.Sequential(torch.nn.Linear(4, 4))
-    root.norm = torch.nn.LayerNorm(4)
-    assert [name for _, name, _ in _torch_composites(root)] == ["pool"]

@@ -86,12 +86,12 @@ def build_here(name: str, directory: Path, seed: int = 0) -> Path:
         shutil.rmtree(directory)  # stale files (old references) must not survive a rebuild
     directory.mkdir(parents=True)
 
-    tokenizer = build_tokenizer(
-        spec.special_tokens,
-        add_bos=spec.add_bos,
-        extra_attributes=spec.tokenizer_attributes,
-    )
+    # As in real checkpoints, BOS comes from the chat template, not from the tokenizer:
+    # vLLM's chat endpoint tokenizes a rendered template without adding special tokens.
+    tokenizer = build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
     processor = spec.make_processor(tokenizer)
+    if spec.add_bos:
+        processor.chat_template = "{{ bos_token }}" + processor.chat_template
     config = spec.make_config(tokenizer)
     _set_special_token_ids(config, tokenizer)
     torch.manual_seed(seed)

@@ -70,6 +70,7 @@ class ZooSpec:
     image_placeholder: str = ""
     video_placeholder: str = ""
     add_bos: bool = True
+    """Whether the chat template starts with BOS (Qwen's does not)."""
     min_image_side: int = 64
     """Test images are at least this large, so tiling processors make >= 2 tiles."""
     init_std: float = 0.5
