@@ -115,10 +115,17 @@ def _set_special_token_ids(config, tokenizer) -> None:
 
 
 def _recipe_digest(spec: ZooSpec) -> str:
+    """Changes when this model's recipe does: its spec and functions, the tokenizer, the
+    build steps (other models' recipes do not count)."""
     import inspect
 
     from . import build as this_module
-    from . import specs, tokenizer
+    from . import tokenizer
 
-    text = "".join(inspect.getsource(m) for m in (specs, tokenizer, this_module))
-    return hashlib.sha256(f"{spec.name}\n{text}".encode()).hexdigest()[:16]
+    fields = {k: v for k, v in vars(spec).items() if not callable(v)}
+    parts = [repr(sorted(fields.items())), inspect.getsource(tokenizer), inspect.getsource(this_module)]
+    for fn in (spec.make_config, spec.make_processor):
+        parts.append(inspect.getsource(fn))
+        # helpers the recipe calls (e.g. shared config dicts) live in specs.py
+        parts += [repr(v) for k, v in sorted(fn.__globals__.items()) if k.isupper() and not callable(v)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -569,3 +569,48 @@ _register(
         servable=False,
     )
 )
+
+
+# --- Benchmark shape: LLaVA with CLIP at 224 px and a 512-wide, 6-layer Llama ---------
+
+
+def _llava_bench_config(tokenizer):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    return LlavaConfig(
+        vision_config=CLIPVisionConfig(**dict(CLIP_VISION, image_size=224, hidden_size=64, intermediate_size=128)),
+        text_config=LlamaConfig(
+            **dict(TEXT, hidden_size=512, intermediate_size=1376, num_hidden_layers=6, num_attention_heads=8,
+                   num_key_value_heads=8, head_dim=64),
+            vocab_size=_vocab(tokenizer),
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        projector_hidden_act="gelu",
+        vision_feature_select_strategy="default",
+    )
+
+
+def _llava_bench_processor(tokenizer):
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    return LlavaProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224}),
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=chat_template(image="<image>"),
+    )
+
+
+_register(
+    ZooSpec(
+        name="llava_bench",
+        make_config=_llava_bench_config,
+        make_processor=_llava_bench_processor,
+        special_tokens=["<image>"],
+        tokenizer_attributes={"image_token": "<image>"},
+        notes="bench/throughput.py's model: CLIP 224 px, 512-wide 6-layer Llama.",
+        servable=False,
+    )
+)
