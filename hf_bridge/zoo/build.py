@@ -114,6 +114,14 @@ def _set_special_token_ids(config, tokenizer) -> None:
                 setattr(cfg, name, getattr(tokenizer, name))
 
 
+def _is_plain(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except TypeError:
+        return False
+
+
 def _recipe_digest(spec: ZooSpec) -> str:
     """Changes when this model's recipe does: its spec and functions, the tokenizer, the
     build steps (other models' recipes do not count)."""
@@ -127,5 +135,9 @@ def _recipe_digest(spec: ZooSpec) -> str:
     for fn in (spec.make_config, spec.make_processor):
         parts.append(inspect.getsource(fn))
         # helpers the recipe calls (e.g. shared config dicts) live in specs.py
-        parts += [repr(v) for k, v in sorted(fn.__globals__.items()) if k.isupper() and not callable(v)]
+        parts += [
+            json.dumps(v, sort_keys=True)
+            for k, v in sorted(fn.__globals__.items())
+            if k.isupper() and isinstance(v, (dict, list, str, int)) and _is_plain(v)
+        ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
