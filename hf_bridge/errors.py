@@ -90,3 +90,14 @@ def _media_problem(modality: str, item: Any) -> str | None:
     if isinstance(item, (np.ndarray, torch.Tensor)) and item.ndim not in ndims:
         return f"got an array of shape {tuple(item.shape)}"
     return None
+
+
+def no_token_types(processor: Any) -> str:
+    return (
+        f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
+        "when called with `return_mm_token_type_ids=True`, so hf_bridge cannot tell which "
+        "prompt tokens belong to which item, and cannot serve this model. Serve it with vLLM's "
+        "in-tree backend (set HF_BRIDGE_DISABLE=1) or a native vLLM model, or use a "
+        "processor that lists its multimodal tokens (`image_token_ids`) as transformers' "
+        "`ProcessorMixin` expects."
+    )

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from vllm.logger import init_logger
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
 from vllm.model_executor.models.transformers.causal import CausalMixin
@@ -43,6 +44,8 @@ from .processing import (
 from .placeholders import MODALITY_OF_TYPE, TOKEN_TYPE_IDS
 from .versions import log_handling
 
+logger = init_logger("hf_bridge")
+
 
 @MULTIMODAL_REGISTRY.register_processor(
     HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
@@ -52,6 +55,7 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
+        warn_if_bidirectional(vllm_config.model_config.hf_config)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         if self.pp_group.is_last_rank:
             self.hf_head = HFLogitsHead.from_config(self.config)
@@ -149,6 +153,33 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
         positions, delta = get_rope_index(input_ids=torch.tensor(input_tokens)[None], **kwargs)
         return positions[:, 0], int(delta[0])
+
+
+def uses_bidirectional_mm_attention(config) -> bool:
+    """Whether the HF base model reads `token_type_ids` in its forward.
+
+    Gemma3 and PaliGemma do, to let the tokens of one image attend to each other in both
+    directions. vLLM's attention (the CPU backend included) is causal for decoder
+    models, so such a model cannot match transformers at image positions.
+    """
+    from transformers.models.auto import modeling_auto
+
+    import transformers
+
+    name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    return cls is not None and "token_type_ids" in inspect.signature(cls.forward).parameters
+
+
+def warn_if_bidirectional(config) -> None:
+    if uses_bidirectional_mm_attention(config):
+        logger.warning_once(
+            "hf_bridge: %s attends bidirectionally within each image (its forward reads "
+            "token_type_ids), but vLLM's attention backend only does causal attention. "
+            "Hidden states at image positions, the log-probs that follow them, and possibly "
+            "generated tokens, will differ from transformers.",
+            getattr(config, "model_type", "this model"),
+        )
 
 
 class _Opaque(torch.nn.Module):

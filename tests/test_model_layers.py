@@ -13,3 +13,14 @@ def test_only_torch_composites_are_kept_from_layer_replacement():
     root.stack = torch.nn.Sequential(torch.nn.Linear(4, 4))
     root.norm = torch.nn.LayerNorm(4)
     assert [name for _, name, _ in _torch_composites(root)] == ["pool"]
+
+
+def test_bidirectional_image_attention_is_detected(zoo):
+    """Gemma3 reads token_type_ids for its image mask, which vLLM's attention cannot do."""
+    from transformers import AutoConfig
+
+    from hf_bridge.model import uses_bidirectional_mm_attention
+
+    assert uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo("gemma3")))
+    for arch in ("llava", "qwen2_vl", "idefics3"):
+        assert not uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo(arch)))
