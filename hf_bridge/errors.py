@@ -6,25 +6,10 @@ They are raised while a request is processed (as `ValueError`, which vLLM turns 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 _PLURAL = {"image": "images", "video": "videos", "audio": "audios"}
-
-
-def count_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
-    """Non-overlapping occurrences of `needle` in `haystack`."""
-    n, count, i = len(needle), 0, 0
-    if n == 0:
-        return 0
-    needle = list(needle)
-    while i <= len(haystack) - n:
-        if list(haystack[i : i + n]) == needle:
-            count += 1
-            i += n
-        else:
-            i += 1
-    return count
 
 
 def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int) -> str:

@@ -191,7 +191,7 @@ def locate_items(
     per_modality: Counter[str] = Counter()
     cursor = 0
     for exp in expansions:
-        offset = _find(token_ids, exp.token_ids, cursor)
+        offset = find_sublist(token_ids, exp.token_ids, cursor)
         if offset is None:
             raise PlaceholderError(
                 f"{exp.modality} item {per_modality[exp.modality]} ({len(exp)} tokens) "
@@ -211,7 +211,8 @@ def locate_items(
     return ranges
 
 
-def _find(haystack: Sequence[int], needle: Sequence[int], start: int) -> int | None:
+def find_sublist(haystack: Sequence[int], needle: Sequence[int], start: int = 0) -> int | None:
+    """Index of the first occurrence of `needle` at or after `start`, else None."""
     n = len(needle)
     if n == 0:
         return None
@@ -234,3 +235,12 @@ def type_ids_for_prompt(
     for r, exp in zip(ranges, expansions, strict=True):
         out[r.offset : r.offset + r.length] = exp.type_ids
     return out
+
+
+def count_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
+    """Non-overlapping occurrences of `needle` in `haystack`."""
+    count, start = 0, 0
+    while (i := find_sublist(haystack, needle, start)) is not None:
+        count += 1
+        start = i + len(needle)
+    return count

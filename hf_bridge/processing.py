@@ -130,7 +130,9 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         tokenizer = self.get_tokenizer()
         probe_ids = tokenizer.encode(text)
         target = tokenizer.encode(text, add_special_tokens=False)
-        start = _find_sublist(probe_ids, target)
+        start = placeholders.find_sublist(probe_ids, target)
+        if start is None:
+            raise ValueError(f"{text!r} does not tokenize to the same ids inside and outside a prompt")
         out = self._call_one_item(text, item, hf_kwargs)
         type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
         if type_ids is None:
@@ -242,7 +244,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if text is None:
                 continue
             target = self.info.get_tokenizer().encode(text, add_special_tokens=False)
-            found = errors.count_sublist(inputs.prompt, target)
+            found = placeholders.count_sublist(inputs.prompt, target)
             given = counts.get(modality, 0)
             if found != given and (given or found):
                 raise ValueError(errors.placeholder_mismatch(modality, text, found, given))
@@ -344,10 +346,3 @@ def _chat_template_placeholder(processor: Any, modality: str) -> str | None:
     if len(parts) != 3 or not parts[1].strip():
         return None
     return parts[1].strip()
-
-
-def _find_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
-    for i in range(len(haystack) - len(needle) + 1):
-        if list(haystack[i : i + len(needle)]) == list(needle):
-            return i
-    raise ValueError("placeholder tokens not found in the probe tokenization")

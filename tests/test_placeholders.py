@@ -184,3 +184,16 @@ def test_probe_recovers_the_expansion_whatever_frames_it(before, exp, after):
     types = [0] * (1 + len(before)) + list(exp.type_ids) + [0] * len(after)
     got = expansion_from_probe(exp.modality, probe, (1 + len(before), 2 + len(before)), processed, types, [placeholder])
     assert got == exp
+
+
+@given(st.lists(st.integers(0, 3), max_size=30), st.lists(st.integers(0, 3), min_size=1, max_size=3))
+def test_count_sublist_counts_non_overlapping_matches(haystack, needle):
+    from hf_bridge.placeholders import count_sublist
+
+    expected, i = 0, 0
+    while i <= len(haystack) - len(needle):
+        if haystack[i : i + len(needle)] == needle:
+            expected, i = expected + 1, i + len(needle)
+        else:
+            i += 1
+    assert count_sublist(haystack, needle) == expected
