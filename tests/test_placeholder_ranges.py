@@ -1,0 +1,61 @@
+"""Exact placeholder ranges and `is_embed` masks, as vLLM receives them from hf_bridge.
+
+Two images in one prompt (tiles for Idefics3/SmolVLM/InternVL, a row grid for Mistral3).
+Each range is also located in transformers' own processing of the whole prompt, whose
+token types must agree: typed tokens inside items only, markers typed as text inside too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_bridge.inspect import build_processor, inspect_prompt
+from hf_bridge.placeholders import Expansion, locate_items
+from hf_bridge.validate import parity
+from hf_bridge.zoo import SPECS
+
+FAKE, GLOBAL = "<fake_token_around_image>", "<global-img>"
+TILED_PADDING = [FAKE, "<row_1_col_1>", FAKE, "<row_1_col_2>", "Ċ", FAKE, "<row_2_col_1>", FAKE, "<row_2_col_2>",
+                 "Ċ", "Ċ", FAKE, GLOBAL, FAKE]
+
+EXPECTED = {
+    # arch: [(offset, length, embeddings, grid padding tokens in order), ...] per image
+    "mistral3": [
+        (6, 15, 12, ["[IMG_BREAK]", "[IMG_BREAK]", "[IMG_END]"]),  # 3 rows of 4
+        (21, 16, 12, ["[IMG_BREAK]", "[IMG_BREAK]", "[IMG_BREAK]", "[IMG_END]"]),  # 4 rows of 3
+    ],
+    "idefics3": [(6, 34, 20, TILED_PADDING), (40, 34, 20, TILED_PADDING)],  # 2x2 tiles + global
+    "smolvlm": [(6, 34, 20, TILED_PADDING), (40, 34, 20, TILED_PADDING)],
+    "internvl": [(6, 22, 20, ["<img>", "</img>"]), (28, 22, 20, ["<img>", "</img>"])],  # 4 tiles + thumbnail
+}
+
+
+@pytest.mark.parametrize("arch", list(EXPECTED))
+def test_exact_ranges_and_is_embed(arch, zoo):
+    model_dir = zoo(arch)
+    processor = build_processor(model_dir)
+    hf_processor = processor.info.get_hf_processor()
+    tokenizer = processor.info.get_tokenizer()
+    case = parity.standard_cases(SPECS[arch].min_image_side)["two_images"]
+    view = inspect_prompt(processor, parity.prompt_text(hf_processor, case), {"image": case.images})
+
+    got = []
+    for item in view.items:
+        tokens = tokenizer.convert_ids_to_tokens(view.prompt_ids[item.offset : item.offset + item.length])
+        padding = [t for t, e in zip(tokens, item.is_embed) if not e]
+        got.append((item.offset, item.length, item.num_embeds, padding))
+        embed_tokens = {t for t, e in zip(tokens, item.is_embed) if e}
+        assert len(embed_tokens) == 1, embed_tokens  # only the feature token receives rows
+    assert got == EXPECTED[arch]
+
+    # transformers' own whole-prompt processing places the same items at the same ranges
+    hf = parity.hf_inputs(hf_processor, case, return_mm_token_type_ids=True)
+    types = hf.get("mm_token_type_ids", hf.get("token_type_ids"))[0].tolist()
+    ids = hf["input_ids"][0].tolist()
+    assert ids == view.prompt_ids
+    expansions = [
+        Expansion("image", tuple(ids[i.offset : i.offset + i.length]), tuple(i.is_embed), tuple(types[i.offset : i.offset + i.length]))
+        for i in view.items
+    ]
+    ranges = locate_items(ids, types, expansions)
+    assert [(r.offset, r.length) for r in ranges] == [(g[0], g[1]) for g in got]
