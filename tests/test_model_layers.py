@@ -24,3 +24,21 @@ def test_bidirectional_image_attention_is_detected(zoo):
     assert uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo("gemma3")))
     for arch in ("llava", "qwen2_vl", "idefics3"):
         assert not uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo(arch)))
+
+
+def test_logits_head_follows_the_hf_class_not_config_fields(zoo):
+    """Aya Vision's text config has logit_scale=0.0625: its VLM class never applies it
+    (vLLM's in-tree backend does), while Cohere2's own causal-LM class does."""
+    import torch
+    from transformers import AutoConfig
+
+    from hf_bridge.head import HFLogitsHead
+
+    aya = AutoConfig.from_pretrained(zoo("aya_vision"))
+    assert aya.text_config.logit_scale == 0.0625
+    assert HFLogitsHead.from_config(aya).is_identity
+
+    text_only = HFLogitsHead.from_config(aya.text_config)  # -> Cohere2ForCausalLM
+    logits = torch.tensor([[-100.0, 0.0, 3.0, 100.0]])
+    assert not text_only.is_identity
+    assert torch.allclose(text_only(logits), logits * 0.0625)

@@ -614,3 +614,50 @@ _register(
         servable=False,
     )
 )
+
+
+# --- Aya Vision: Cohere2 text config carries a logit_scale its HF class never applies --
+
+
+def _aya_vision_config(tokenizer):
+    from transformers import AyaVisionConfig, Cohere2Config, SiglipVisionConfig
+
+    return AyaVisionConfig(
+        vision_config=SiglipVisionConfig(**SIGLIP_VISION, vision_use_head=False),
+        text_config=Cohere2Config(
+            **dict(_text(_vocab(tokenizer)), rms_norm_eps=1e-5), logit_scale=0.0625, sliding_window=512,
+            layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False,
+        ),
+        downsample_factor=2,
+        vision_feature_select_strategy="full",
+        tie_word_embeddings=False,
+        **_ids(tokenizer, image_token_index="<|IMG_PATCH|>"),
+    )
+
+
+def _aya_vision_processor(tokenizer):
+    from transformers import AyaVisionProcessor, GotOcr2ImageProcessor
+
+    return AyaVisionProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": 56, "width": 56}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        tokenizer=tokenizer,
+        patch_size=14,
+        img_size=56,
+        downsample_factor=2,
+        chat_template=chat_template(image="<image>"),
+    )
+
+
+_register(
+    ZooSpec(
+        name="aya_vision",
+        make_config=_aya_vision_config,
+        make_processor=_aya_vision_processor,
+        special_tokens=["<image>", "<|START_OF_IMG|>", "<|END_OF_IMG|>", "<|IMG_PATCH|>", "<|IMG_LINE_BREAK|>"],
+        tokenizer_attributes={"image_token": "<image>"},
+        min_image_side=112,
+        notes="Its text config has logit_scale=0.0625, which AyaVisionForConditionalGeneration never applies.",
+    )
+)
