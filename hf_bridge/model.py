@@ -16,7 +16,6 @@ backend diverges from transformers replaced:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -41,7 +40,7 @@ from .processing import (
     HFBridgeProcessingInfo,
     own_keys,
 )
-from .placeholders import MODALITY_OF_TYPE, TOKEN_TYPE_IDS
+from .placeholders import MODALITY_OF_TYPE
 from .versions import log_handling
 
 logger = init_logger("hf_bridge")
@@ -223,5 +222,3 @@ def _accepted_kwargs(fn) -> frozenset[str] | None:
         return None
     return frozenset(params)
 
-
-MODALITY_TYPE_IDS: Mapping[str, int] = TOKEN_TYPE_IDS

@@ -44,11 +44,13 @@ DATA_KEY = "{}.{}"
 may use one name (InternVL's videos arrive as `pixel_values`, like its images)."""
 ENCODER_KEY = "hf_bridge_{}_encoder"
 EXPANSION_KEY = "hf_bridge_{}_expansion"
-MAX_COUNTED_SIDE = 1024
 IS_EMBED_KEY = "hf_bridge_{}_is_embed"
 TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
 NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
 """Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
+
+MAX_COUNTED_SIDE = 1024
+"""Largest side of the blank item processed to count tokens when a processor cannot."""
 
 
 def own_keys(modality: str) -> tuple[str, ...]:
