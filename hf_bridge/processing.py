@@ -86,6 +86,17 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         """
         return self._placeholder_texts[modality]
 
+    def placeholder_ids(self, modality: str) -> list[int]:
+        """`placeholder_text` as token ids (encoded once; every request looks for them)."""
+        if modality not in self._placeholder_ids:
+            text = self.placeholder_text(modality)
+            self._placeholder_ids[modality] = self.get_tokenizer().encode(text, add_special_tokens=False)
+        return self._placeholder_ids[modality]
+
+    @cached_property
+    def _placeholder_ids(self) -> dict[str, list[int]]:
+        return {}
+
     @cached_property
     def _placeholder_texts(self) -> dict[str, str]:
         processor = self.get_hf_processor()
@@ -131,7 +142,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         text = self.placeholder_text(modality)
         tokenizer = self.get_tokenizer()
         probe_ids = tokenizer.encode(text)
-        target = tokenizer.encode(text, add_special_tokens=False)
+        target = self.placeholder_ids(modality)
         start = placeholders.find_sublist(probe_ids, target)
         if start is None:
             raise ValueError(f"{text!r} does not tokenize to the same ids inside and outside a prompt")
@@ -245,8 +256,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             text = self.info._placeholder_texts.get(modality)
             if text is None:
                 continue
-            target = self.info.get_tokenizer().encode(text, add_special_tokens=False)
-            found = placeholders.count_sublist(inputs.prompt, target)
+            found = placeholders.count_sublist(inputs.prompt, self.info.placeholder_ids(modality))
             given = counts.get(modality, 0)
             if found != given and (given or found):
                 raise ValueError(errors.placeholder_mismatch(modality, text, found, given))
@@ -295,7 +305,6 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         hf_processor_mm_kwargs: Mapping[str, object],
         out_mm_kwargs: MultiModalKwargsItems,
     ) -> Sequence[PromptUpdate]:
-        tokenizer = self.info.get_tokenizer()
         updates = []
         for modality, items in out_mm_kwargs.items():
             replacements = []
@@ -304,7 +313,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 full = item.pop(EXPANSION_KEY.format(modality)).data.tolist()
                 mask = item.pop(IS_EMBED_KEY.format(modality)).data.clone()
                 replacements.append(PromptUpdateDetails(full=full, is_embed=lambda _, m=mask: m))
-            target = tokenizer.encode(self.info.placeholder_text(modality), add_special_tokens=False)
+            target = self.info.placeholder_ids(modality)
             updates.append(PromptReplacement(modality=modality, target=target, replacement=replacements.__getitem__))
         return updates
 
