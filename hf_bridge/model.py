@@ -15,6 +15,7 @@ backend diverges from transformers replaced:
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -38,7 +39,6 @@ from .processing import (
     HFBridgeDummyInputsBuilder,
     HFBridgeMultiModalProcessor,
     HFBridgeProcessingInfo,
-    own_keys,
 )
 from .placeholders import MODALITY_OF_TYPE
 from .versions import log_handling
@@ -93,11 +93,10 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         counts = [int(c) for c in _items(kwargs.pop(NUM_EMBEDS_KEY.format(modality)))]
         encoder_types = {int(t) for t in _items(kwargs.pop(ENCODER_KEY.format(modality)))}
         (encoder,) = {MODALITY_OF_TYPE[t] for t in encoder_types}
-        for key in own_keys(modality):
-            kwargs.pop(key, None)
+        # Only the item data carries the modality prefix; hf_bridge's own fields do not
         prefix = DATA_KEY.format(modality, "")
-        data = {k.removeprefix(prefix): v for k, v in kwargs.items() if k.startswith(prefix)}
-        items = [{k: _items(v)[i] for k, v in data.items()} for i in range(len(counts))]
+        data = {k.removeprefix(prefix): _items(v) for k, v in kwargs.items() if k.startswith(prefix)}
+        items = [{k: values[i] for k, values in data.items()} for i in range(len(counts))]
         signatures = [
             split.item_signature({k: tuple(v.shape) if isinstance(v, torch.Tensor) else repr(v) for k, v in item.items()})
             for item in items
@@ -215,6 +214,7 @@ def _concat(values: list[Any]) -> Any:
     return values[0] if len(values) == 1 else values
 
 
+@functools.lru_cache(maxsize=None)
 def _accepted_kwargs(fn) -> frozenset[str] | None:
     """Named parameters of `fn`, or None if it takes `**kwargs` (then pass everything)."""
     params = inspect.signature(fn).parameters
