@@ -136,7 +136,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if modality not in self._placeholder_texts:
             raise ValueError(
                 f"{type(self.get_hf_processor()).__name__} has no placeholder for {modality} "
-                "(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
+                f"(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
                 f"tell where a {modality} goes in the prompt."
             )
         text = self.placeholder_text(modality)
