@@ -21,6 +21,14 @@ def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int
     )
 
 
+def placeholder_not_wanted(modality: str, placeholder: str, found: int, processor: Any) -> str:
+    return (
+        f"The prompt holds {found} {modality} placeholder(s) ({placeholder!r}), but "
+        f"{type(processor).__name__} inserts each {modality} into the prompt itself, at the start. "
+        f"Remove the placeholder(s) from the prompt and send the {_PLURAL.get(modality, modality)} alone."
+    )
+
+
 def unsupported_modality(modality: str, supported: Mapping[str, Any], processor: Any) -> str:
     takes = ", ".join(sorted(supported)) or "no multimodal"
     return (

@@ -26,7 +26,17 @@ class _AnyOutput(BaseModelOutputWithPast):
 
 
 class _Passthrough(nn.Module):
-    """Stands in for the base model: returns `inputs_embeds` as the last hidden state."""
+    """Stands in for the base model: returns `inputs_embeds` as the last hidden state.
+
+    It keeps the base model's plain attributes (no modules, no tensors): heads may read
+    them, as Chameleon's reads `vocabulary_mapping` to mask image tokens out of logits.
+    """
+
+    def __init__(self, base: nn.Module):
+        super().__init__()
+        for name, value in vars(base).items():
+            if not name.startswith("_") and not isinstance(value, (nn.Module, torch.Tensor)):
+                setattr(self, name, value)
 
     def forward(self, *args, inputs_embeds=None, **kwargs):
         return _AnyOutput(last_hidden_state=inputs_embeds)
@@ -35,10 +45,10 @@ class _Passthrough(nn.Module):
 class HFLogitsHead(nn.Module):
     """Applies the HF class's post-`lm_head` transform to full-vocabulary logits."""
 
-    def __init__(self, top: nn.Module | None):
+    def __init__(self, top: nn.Module | None, vocab_size: int = 17):
         super().__init__()
         self._top = [top]  # a list keeps it out of the module tree (no weights to load)
-        self.is_identity = top is None or self._probe_is_identity()
+        self.is_identity = top is None or self._probe_is_identity(vocab_size)
 
     @classmethod
     def from_config(cls, config) -> "HFLogitsHead":
@@ -50,17 +60,18 @@ class HFLogitsHead(nn.Module):
         prefix = top.base_model_prefix or "model"
         if not isinstance(getattr(top, prefix, None), nn.Module) or top.get_output_embeddings() is None:
             return cls(None)
-        setattr(top, prefix, _Passthrough())
+        setattr(top, prefix, _Passthrough(getattr(top, prefix)))
         top.set_output_embeddings(nn.Identity())
         for name, module in list(top.named_children()):
             if name != prefix and not isinstance(module, nn.Identity):
                 setattr(top, name, nn.Identity())
-        return cls(top.eval())
+        return cls(top.eval(), config.get_text_config().vocab_size)
 
     @torch.no_grad()
-    def _probe_is_identity(self) -> bool:
-        x = torch.randn(3, 17, generator=torch.Generator().manual_seed(0)) * 40
-        return torch.equal(self._apply(x), x)
+    def _probe_is_identity(self, vocab_size: int) -> bool:
+        # full-vocabulary width: a head may index the vocabulary (masking token ids)
+        x = torch.randn(3, vocab_size, generator=torch.Generator().manual_seed(0)) * 40
+        return torch.equal(self._apply(x.clone()), x)  # a head may write in place
 
     def _apply(self, logits: torch.Tensor) -> torch.Tensor:
         out = self._top[0](inputs_embeds=logits[None], use_cache=False, return_dict=True)

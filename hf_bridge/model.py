@@ -10,7 +10,9 @@ backend diverges from transformers replaced:
   count, never padding or cutting it to fit (`split.py`);
 - `compute_logits` applies exactly the transform the HF model class applies after its
   `lm_head` (`head.py`), not a config field the class may never read;
-- M-RoPE positions are computed from the token types the processor itself returned.
+- M-RoPE positions are computed from the token types the processor itself returned;
+- visual features the HF model adds inside decoder layers (Qwen3-VL's deepstack) reach
+  them (`side_features.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
 
 from . import split
+from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
+from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
+from .encoder_graphs.protocol import EncoderGraphsMixin
 from .head import HFLogitsHead
+from .side_features import SideFeatures, decoder_takes_side_features, side_levels, widen
 from .processing import (
     DATA_KEY,
     ENCODER_KEY,
@@ -49,7 +55,7 @@ logger = init_logger("hf_bridge")
 @MULTIMODAL_REGISTRY.register_processor(
     HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
 )
-class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
+class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, CausalMixin):
     """Serves any HF VLM through `AutoModel`; no per-architecture code."""
 
     def __init__(self, *, vllm_config, prefix: str = ""):
@@ -60,6 +66,15 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
             self.hf_head = HFLogitsHead.from_config(self.config)
             # The HF head decides scaling and soft-capping, so vLLM's processor must not
             self.logits_processor = LogitsProcessor(self.text_config.vocab_size)
+        text_model = self.get_language_model().model
+        self.side_features = None
+        if text_model is not None and decoder_takes_side_features(text_model):
+            self.side_features = SideFeatures(self.text_config.hidden_size)
+            self.side_features.install(text_model)
+        self.init_encoder_graphs(vllm_config)
+        self.cpu_encoder_graphs = None
+        if cpu_graphs_requested() and self.side_features is None and hasattr(self, "get_encoder_cudagraph_config"):
+            self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
 
     def recursive_replace(self):
         """vLLM's layer replacement, minus torch's own composite modules.
@@ -78,6 +93,16 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
             for parent, name, module in hidden:
                 setattr(parent, name, module)
 
+    def get_language_model(self) -> torch.nn.Module:
+        """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the
+        base model itself, with no `language_model` to point at."""
+        language_model = super().get_language_model()
+        if language_model.model is None:
+            # a plain attribute: `model` is a class attribute there, which nn.Module's
+            # __setattr__ would register beside instead of replacing
+            object.__setattr__(language_model, "model", self.model)
+        return language_model
+
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         logits = self.logits_processor(self.lm_head, hidden_states, self.lm_head.bias)
         if logits is None:
@@ -87,6 +112,11 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
     # -- multimodal embeddings ---------------------------------------------------------
 
     def embed_multimodal(self, **kwargs: object) -> MultiModalEmbeddings:
+        if self.cpu_encoder_graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs:
+            return self.cpu_encoder_graphs.execute(kwargs)
+        return self.embed_multimodal_eagerly(kwargs)
+
+    def embed_multimodal_eagerly(self, kwargs: dict[str, object]) -> MultiModalEmbeddings:
         modality = next((m for m in HF_DATA_KEYS if NUM_EMBEDS_KEY.format(m) in kwargs), None)
         if modality is None:
             return []
@@ -115,17 +145,23 @@ class HFBridgeForConditionalGeneration(MultiModalMixin, CausalMixin):
         get_features = getattr(self.model, f"get_{modality}_features")
         accepted = _accepted_kwargs(get_features)
         device = next(self.model.parameters()).device
-        kwargs = {
-            k: v.to(device) if isinstance(v, torch.Tensor) else v
-            for k, v in fields.items()
-            if accepted is None or k in accepted
-        }
+        fields = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
+        kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
+        kwargs = _unnamed_pixel_inputs(get_features, kwargs)
         output = get_features(**kwargs, return_dict=True)
-        features = getattr(output, "pooler_output", output)
+        features = getattr(output, "pooler_output", None)
+        if features is None:  # a tower with no pooling (Fuyu's patch projection)
+            features = getattr(output, "last_hidden_state", output)
         if isinstance(features, torch.Tensor):
             features = [features]
         hidden = self.text_config.hidden_size
-        return torch.cat([f.reshape(-1, hidden) for f in features])
+        rows = torch.cat([f.reshape(-1, hidden) for f in features])
+        return widen(rows, side_levels(output)) if self.side_features is not None else rows
+
+    def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
+        if self.side_features is not None:
+            multimodal_embeddings = self.side_features.split(multimodal_embeddings, is_multimodal, input_ids.shape[0])
+        return super().embed_input_ids(input_ids, multimodal_embeddings, is_multimodal=is_multimodal)
 
     # -- M-RoPE --------------------------------------------------------------------------
 
@@ -212,6 +248,29 @@ def _concat(values: list[Any]) -> Any:
     if isinstance(values[0], torch.Tensor):
         return torch.cat([v if v.ndim else v[None] for v in values])
     return values[0] if len(values) == 1 else values
+
+
+def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with required inputs of `fn` that the processor names differently
+    filled, in order, with its floating-point fields that `fn` does not name.
+
+    Fuyu's processor returns `image_patches`, which its HF forward hands on to
+    `get_image_features(pixel_values)` positionally.
+    """
+    params = inspect.signature(fn).parameters
+    missing = [
+        name
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and name not in kwargs
+    ]
+    if not missing:
+        return kwargs
+    spare = [k for k, v in kwargs.items() if k not in params and isinstance(v, torch.Tensor) and v.is_floating_point()]
+    out = {k: v for k, v in kwargs.items() if k not in spare[: len(missing)]}
+    out.update({name: kwargs[key] for name, key in zip(missing, spare)})
+    return out
 
 
 @functools.lru_cache(maxsize=None)

@@ -16,6 +16,7 @@ three things, each a class of divergence from transformers:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -32,7 +33,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import errors, placeholders, split
+from . import errors, frame, placeholders, split
 
 logger = init_logger(__name__)
 
@@ -48,6 +49,10 @@ IS_EMBED_KEY = "hf_bridge_{}_is_embed"
 TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
 NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
 """Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
+
+PROBE_SENTINEL = "hello"
+"""Plain text after a probe's placeholder: where the processor's additions end up shows
+which belong after items and which at the end of the prompt (`frame.py`)."""
 
 MAX_COUNTED_SIDE = 1024
 """Largest side of the blank item processed to count tokens when a processor cannot."""
@@ -139,26 +144,65 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 f"(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
                 f"tell where a {modality} goes in the prompt."
             )
-        text = self.placeholder_text(modality)
-        tokenizer = self.get_tokenizer()
-        probe_ids = tokenizer.encode(text)
+        prompt_frame = self.frame(modality)
+        text = "" if prompt_frame.inserts_item else self.placeholder_text(modality)
+        probe_ids = self.get_tokenizer().encode(text)
+        span = self._placeholder_span(modality, probe_ids, prompt_frame)
+        out = self._call_one_item(text, item, hf_kwargs)
+        ids, types = frame.strip_frame(prompt_frame, out["input_ids"][0].tolist(), _type_ids(out, self)[0].tolist())
+        expansion = placeholders.expansion_from_probe(
+            modality, probe_ids, span, ids, types, self.embed_token_candidates(modality)
+        )
+        return out, expansion
+
+    def _placeholder_span(self, modality: str, probe_ids: list[int], prompt_frame: frame.PromptFrame) -> tuple[int, int]:
+        if prompt_frame.inserts_item:  # the processor puts the item before everything
+            return (0, 0)
         target = self.placeholder_ids(modality)
         start = placeholders.find_sublist(probe_ids, target)
         if start is None:
-            raise ValueError(f"{text!r} does not tokenize to the same ids inside and outside a prompt")
-        out = self._call_one_item(text, item, hf_kwargs)
-        type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
-        if type_ids is None:
-            raise ValueError(errors.no_token_types(self.get_hf_processor()))
-        expansion = placeholders.expansion_from_probe(
-            modality,
-            probe_ids,
-            (start, start + len(target)),
-            out["input_ids"][0].tolist(),
-            type_ids[0].tolist(),
-            self.embed_token_candidates(modality),
+            raise ValueError(f"{self.placeholder_text(modality)!r} does not tokenize to the same ids inside and outside a prompt")
+        return (start, start + len(target))
+
+    def frame(self, modality: str) -> frame.PromptFrame:
+        """What the processor adds to prompts with `modality` items, outside their expansions."""
+        if modality not in self._frames:
+            self._frames[modality] = self._learn_frame(modality)
+            if not self._frames[modality].is_empty:
+                logger.info("hf_bridge: %s prompts get the processor's own tokens: %s", modality, self._frames[modality])
+        return self._frames[modality]
+
+    @cached_property
+    def _frames(self) -> dict[str, frame.PromptFrame]:
+        return {}
+
+    def _learn_frame(self, modality: str) -> frame.PromptFrame:
+        """Probe with blank items, placeholder then sentinel text (see `frame.py`)."""
+        tokenizer = self.get_tokenizer()
+        sentinel_text = PROBE_SENTINEL
+        sentinel = tokenizer.encode(sentinel_text, add_special_tokens=False)
+        hf_kwargs = self.ctx.get_merged_mm_kwargs({})
+        placeholder = self.placeholder_text(modality)
+        blank, one_blank = _blank_items(modality, 2), _blank_items(modality, 1)
+        placeholder_probe = tokenizer.encode(placeholder)
+        text_before = placeholder_probe[: placeholders.find_sublist(placeholder_probe, self.placeholder_ids(modality)) or 0]
+        try:
+            one = self._call_one_item(placeholder + sentinel_text, one_blank, hf_kwargs)
+            inserts = False
+        except Exception as explicit_error:  # noqa: BLE001 - any refusal means: try without a placeholder
+            try:
+                one = self._call_one_item(sentinel_text, one_blank, hf_kwargs)
+            except Exception:
+                raise ValueError(errors.unprocessable_item(modality, 0, explicit_error)) from explicit_error
+            inserts = True
+        try:
+            two_text = (placeholder + sentinel_text) * 2
+            two = None if inserts else self._call_one_item(two_text, blank, hf_kwargs)["input_ids"][0].tolist()
+        except Exception:  # noqa: BLE001 - a processor may take one item per prompt (Fuyu)
+            two = None
+        return frame.frame_from_probes(
+            one["input_ids"][0].tolist(), _type_ids(one, self)[0].tolist(), two, sentinel, text_before, inserts
         )
-        return out, expansion
 
     def _call_one_item(self, text: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]) -> BatchFeature:
         """Call the HF processor on one item, flat (`videos=[v]`) or per sample (`[[v]]`).
@@ -213,14 +257,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         size = ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
         key = (modality, size.width, size.height, num_frames)
         if key not in self._counted:
-            import numpy as np
-            from PIL import Image
-
-            if modality == "image":
-                item = {"images": [Image.new("RGB", (size.width, size.height))]}
-            else:
-                frames = np.zeros((num_frames, size.height, size.width, 3), dtype=np.uint8)
-                item = {"videos": [frames]}
+            item = _blank_items(modality, 1, size.width, size.height, num_frames)
             hf_kwargs = self.ctx.get_merged_mm_kwargs({})
             self._counted[key] = len(self.probe(modality, item, hf_kwargs)[1])
         return self._counted[key]
@@ -246,20 +283,32 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
     info: HFBridgeProcessingInfo
 
     def apply(self, inputs, timing_ctx):
-        """Refuse a prompt whose placeholders and items do not pair up one to one.
+        """Pair placeholders with items, then lay the prompt out as the HF processor would.
 
         vLLM would silently leave a surplus placeholder in the prompt as a plain token;
-        transformers refuses such a prompt, and so does hf_bridge, with the fix.
+        transformers refuses such a prompt, and so does hf_bridge, with the fix. Tokens
+        the processor adds outside the expansions (`frame.py`) are added here, so the
+        prompt vLLM runs is the one transformers runs.
         """
         counts = inputs.mm_data_items.get_all_counts()
+        frames = []
         for modality in sorted(set(counts) | set(self.info._placeholder_texts)):
             text = self.info._placeholder_texts.get(modality)
             if text is None:
                 continue
-            found = placeholders.count_sublist(inputs.prompt, self.info.placeholder_ids(modality))
+            target = self.info.placeholder_ids(modality)
+            found = placeholders.count_sublist(inputs.prompt, target)
             given = counts.get(modality, 0)
-            if found != given and (given or found):
+            prompt_frame = self.info.frame(modality) if given else None
+            if prompt_frame is not None and prompt_frame.inserts_item:
+                if found:
+                    raise ValueError(errors.placeholder_not_wanted(modality, text, found, self.info.get_hf_processor()))
+            elif found != given and (given or found):
                 raise ValueError(errors.placeholder_mismatch(modality, text, found, given))
+            if prompt_frame is not None and not prompt_frame.is_empty:
+                frames.append((prompt_frame, target, given))
+        if frames:
+            inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
         return super().apply(inputs, timing_ctx)
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
@@ -357,3 +406,26 @@ def _chat_template_placeholder(processor: Any, modality: str) -> str | None:
     if len(parts) != 3 or not parts[1].strip():
         return None
     return parts[1].strip()
+
+
+def _type_ids(out: BatchFeature, info: HFBridgeProcessingInfo):
+    type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
+    if type_ids is None:
+        raise ValueError(errors.no_token_types(info.get_hf_processor()))
+    return type_ids
+
+
+BLANK_SIDE = 112
+BLANK_FRAMES = 4
+
+
+def _blank_items(modality: str, count: int, width: int = BLANK_SIDE, height: int = BLANK_SIDE, num_frames: int = BLANK_FRAMES) -> dict[str, list]:
+    """`count` blank items of `modality`, in the layout `_call_one_item` takes."""
+    import numpy as np
+    from PIL import Image
+
+    if modality == "image":
+        return {"images": [Image.new("RGB", (width, height)) for _ in range(count)]}
+    if modality == "video":
+        return {"videos": [np.zeros((num_frames, height, width, 3), dtype=np.uint8) for _ in range(count)]}
+    raise ValueError(f"hf_bridge cannot make a blank {modality} item to probe the processor with")

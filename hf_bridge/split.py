@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 
 TEXT_KEYS = frozenset(
-    {"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "text_replacement_offsets"}
+    {"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "text_replacement_offsets", "labels"}
 )
-"""Keys a processor emits for the probe text, not for the item."""
+"""Keys a processor emits for the probe text, not for the item (PaliGemma's processor
+also returns training `labels` over the text)."""
 
 
 def item_data_keys(keys: Sequence[str]) -> list[str]:

@@ -1,6 +1,7 @@
 """Exact placeholder ranges and `is_embed` masks, as vLLM receives them from hf_bridge.
 
-Two images in one prompt (tiles for Idefics3/SmolVLM/InternVL, a row grid for Mistral3).
+Two images in one prompt (tiles for Idefics3/SmolVLM/InternVL, a row grid for Mistral3);
+one for Fuyu, whose processor takes one image and inserts it itself, before the text.
 Each range is also located in transformers' own processing of the whole prompt, whose
 token types must agree: typed tokens inside items only, markers typed as text inside too.
 """
@@ -27,7 +28,10 @@ EXPECTED = {
     "idefics3": [(6, 34, 20, TILED_PADDING), (40, 34, 20, TILED_PADDING)],  # 2x2 tiles + global
     "smolvlm": [(6, 34, 20, TILED_PADDING), (40, 34, 20, TILED_PADDING)],
     "internvl": [(6, 22, 20, ["<img>", "</img>"]), (28, 22, 20, ["<img>", "</img>"])],  # 4 tiles + thumbnail
+    # 3 rows of 4 patches, each row ended by |NEWLINE|; the BOS after it is the prompt's
+    "fuyu": [(0, 15, 12, ["|NEWLINE|", "|NEWLINE|", "|NEWLINE|"])],
 }
+CASE = {"fuyu": "one_image"}
 
 
 @pytest.mark.parametrize("arch", list(EXPECTED))
@@ -36,7 +40,7 @@ def test_exact_ranges_and_is_embed(arch, zoo):
     processor = build_processor(model_dir)
     hf_processor = processor.info.get_hf_processor()
     tokenizer = processor.info.get_tokenizer()
-    case = parity.standard_cases(SPECS[arch].min_image_side)["two_images"]
+    case = parity.standard_cases(SPECS[arch].min_image_side)[CASE.get(arch, "two_images")]
     view = inspect_prompt(processor, parity.prompt_text(hf_processor, case), {"image": case.images})
 
     got = []

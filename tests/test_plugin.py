@@ -14,9 +14,9 @@ import pytest
 HELPERS = Path(__file__).parent / "helpers"
 
 
-def resolved_classes(**env) -> dict:
+def resolved_classes(*checkpoints, **env) -> dict:
     done = subprocess.run(
-        [sys.executable, str(HELPERS / "registry_probe.py")],
+        [sys.executable, str(HELPERS / "registry_probe.py"), *map(str, checkpoints)],
         capture_output=True, text=True, env=dict(os.environ, **env), timeout=300,
     )
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
@@ -40,6 +40,21 @@ def test_disable_switch_restores_vllm_in_tree_backend():
         "vllm.model_executor.models.transformers.TransformersMultiModalForCausalLM"
     )
     assert classes["HFBridgeForConditionalGeneration"] is None
+
+
+def test_flat_config_with_media_processor_is_served_as_multimodal(zoo, tmp_path):
+    """Chameleon's config is flat, so vLLM resolves it to its text-only class; hf_bridge
+    takes it because its processor takes images. A text-only checkpoint stays with vLLM."""
+    from transformers import LlamaConfig
+
+    text_only = tmp_path / "text-only"
+    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                vocab_size=512, architectures=["LlamaForCausalLM"]).save_pretrained(text_only)
+    chameleon = zoo("chameleon")
+    routed = resolved_classes(chameleon, text_only, HF_BRIDGE_DISABLE="0")["checkpoints"]
+    assert routed == {str(chameleon): "HFBridgeForConditionalGeneration", str(text_only): "TransformersForCausalLM"}
+    in_tree = resolved_classes(chameleon, HF_BRIDGE_DISABLE="1")["checkpoints"]
+    assert in_tree == {str(chameleon): "TransformersForCausalLM"}
 
 
 def test_vllm_attention_function_is_vllm_own():

@@ -91,24 +91,60 @@ class Result:
 
 
 def prompt_text(processor, case: Case) -> str:
-    return processor.apply_chat_template(case.messages(), add_generation_prompt=True)
+    """The chat template's rendering; without a template, the processor's own tokens
+    before the text, as its model card writes prompts (none where the processor
+    inserts the items itself, as Fuyu's does)."""
+    if getattr(processor, "chat_template", None) is not None:
+        return processor.apply_chat_template(case.messages(), add_generation_prompt=True)
+    tokens = getattr(processor, "image_token", "") * case.num_images + getattr(processor, "video_token", "") * case.num_videos
+    if tokens:
+        try:
+            _call(processor, tokens + case.text, case)
+        except Exception:  # noqa: BLE001 - the processor refuses its own token: it inserts items itself
+            return case.text
+    return tokens + case.text
 
 
 def hf_inputs(processor, case: Case, **extra):
     """The processor called as a transformers user would; media lists flat, else per sample."""
+    return _call(processor, prompt_text(processor, case), case, return_tensors="pt", **extra)
+
+
+VIDEO_FPS = 2.0
+"""The frame rate test videos claim, for processors that sample frames by time."""
+
+
+def needs_video_metadata(processor) -> bool:
+    """Whether the video processor samples frames, and so needs each video's metadata
+    (vLLM then requires videos as `(frames, metadata)` pairs)."""
+    return bool(getattr(getattr(processor, "video_processor", None), "do_sample_frames", False))
+
+
+def video_metadata(num_frames: int) -> dict[str, Any]:
+    return {
+        "fps": VIDEO_FPS,
+        "duration": num_frames / VIDEO_FPS,
+        "total_num_frames": num_frames,
+        "frames_indices": list(range(num_frames)),
+        "video_backend": "opencv",
+    }
+
+
+def _call(processor, text: str, case: Case, **extra):
     kwargs: dict[str, Any] = {}
     if case.num_images:
         kwargs["images"] = case.images
     if case.num_videos:
         kwargs["videos"] = case.videos
-    text = [prompt_text(processor, case)]
+        if needs_video_metadata(processor):
+            kwargs["video_metadata"] = [video_metadata(len(v)) for v in kwargs["videos"]]
     try:
-        return processor(text=text, return_tensors="pt", **kwargs, **extra)
+        return processor(text=[text], **kwargs, **extra)
     except ValueError:
         if not kwargs:
             raise
         nested = {k: [v] for k, v in kwargs.items()}
-        return processor(text=text, return_tensors="pt", **nested, **extra)
+        return processor(text=[text], **nested, **extra)
 
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
@@ -119,26 +155,25 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
     processor = processor or AutoProcessor.from_pretrained(model_dir)
     model = model or AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     inputs = hf_inputs(processor, case)
+    inputs.pop("labels", None)  # PaliGemma's processor adds training labels
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, min_new_tokens=MAX_NEW_TOKENS)
-        full = out[:, :]
-        forward_inputs = dict(inputs)
-        forward_inputs["input_ids"] = full
-        forward_inputs["attention_mask"] = torch.ones_like(full)
-        for key in ("mm_token_type_ids", "token_type_ids"):
-            if key in forward_inputs:
-                pad = torch.zeros(1, full.shape[1] - prompt_len, dtype=forward_inputs[key].dtype)
-                forward_inputs[key] = torch.cat([forward_inputs[key], pad], 1)
-        logits = model(**forward_inputs).logits[0].float()
-    logprobs = torch.log_softmax(logits, -1)
-    ids = full[0].tolist()
-    chosen = [logprobs[i - 1, ids[i]].item() for i in range(1, len(ids))]
+        # generated log-probs are generate's own logits: a second forward would have to
+        # guess how each model extends its token types past the prompt
+        out = model.generate(
+            **inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, min_new_tokens=MAX_NEW_TOKENS,
+            output_logits=True, return_dict_in_generate=True,
+        )
+        prompt_logits = model(**inputs).logits[0].float()
+    ids = out.sequences[0].tolist()
+    tokens = ids[prompt_len:]
+    token_logprobs = [torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(out.logits, tokens)]
+    prompt_lps = torch.log_softmax(prompt_logits, -1)
     return Result(
         prompt_ids=ids[:prompt_len],
-        tokens=ids[prompt_len:],
-        token_logprobs=chosen[prompt_len - 1 :],
-        prompt_logprobs=chosen[: prompt_len - 1],
+        tokens=tokens,
+        token_logprobs=token_logprobs,
+        prompt_logprobs=[prompt_lps[i - 1, ids[i]].item() for i in range(1, prompt_len)],
     )
 
 
@@ -148,7 +183,10 @@ def vllm_request(processor, case: Case) -> dict:
     if case.num_images:
         mm["image"] = case.images if case.num_images > 1 else case.images[0]
     if case.num_videos:
-        mm["video"] = case.videos if case.num_videos > 1 else case.videos[0]
+        videos = case.videos
+        if needs_video_metadata(processor):
+            videos = [(v, {**video_metadata(len(v)), "do_sample_frames": True}) for v in videos]
+        mm["video"] = videos if case.num_videos > 1 else videos[0]
     if mm:
         request["multi_modal_data"] = mm
     return request

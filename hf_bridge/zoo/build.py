@@ -26,7 +26,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "hf_bridge" / "zoo"
 
 
-def _init_weights(model, std: float, seed: int) -> None:
+def _init_weights(model, std: float, seed: int, centred_norm_biases: bool = False) -> None:
     """Re-draw every weight from a seeded normal, biases and norms included.
 
     transformers' default init (std 0.02, zero biases) makes a 2-layer random model
@@ -41,7 +41,7 @@ def _init_weights(model, std: float, seed: int) -> None:
                 fan_in = param.shape[-1] if param.ndim == 2 else param[0].numel()
                 scale = std * max(fan_in, 1) ** -0.5 * 8
                 param.copy_(torch.randn(param.shape, generator=gen) * scale)
-            elif "norm" in name or "ln" in name.split(".")[-2:][0]:
+            elif ("norm" in name or "ln" in name.split(".")[-2:][0]) and not (centred_norm_biases and name.endswith("bias")):
                 param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=gen))
             else:
                 param.copy_(0.1 * torch.randn(param.shape, generator=gen))
@@ -88,7 +88,9 @@ def build_here(name: str, directory: Path, seed: int = 0) -> Path:
 
     # As in real checkpoints, BOS comes from the chat template, not from the tokenizer:
     # vLLM's chat endpoint tokenizes a rendered template without adding special tokens.
-    tokenizer = build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
+    tokenizer = build_tokenizer(
+        spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes, pieces=spec.vocabulary_pieces
+    )
     processor = spec.make_processor(tokenizer)
     if spec.add_bos:
         processor.chat_template = "{{ bos_token }}" + processor.chat_template
@@ -96,7 +98,7 @@ def build_here(name: str, directory: Path, seed: int = 0) -> Path:
     _set_special_token_ids(config, tokenizer)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
-    _init_weights(model, spec.init_std, seed)
+    _init_weights(model, spec.init_std, seed, spec.centred_norm_biases)
     model.generation_config.do_sample = False
     for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(model.generation_config, field, getattr(tokenizer, field))

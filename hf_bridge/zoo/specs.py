@@ -78,6 +78,12 @@ class ZooSpec:
     notes: str = ""
     servable: bool = True
     """False for models kept to test that hf_bridge refuses them clearly."""
+    centred_norm_biases: bool = False
+    """Draw norm biases around 0 rather than 1. Fuyu needs it (a bias near 1 in every
+    LayerNorm drowns the input: every continuation is one token); the other recipes
+    keep the init their parity was established with."""
+    vocabulary_pieces: list[str] | None = None
+    """Set for a SentencePiece-style tokenizer holding these as plain pieces (Fuyu)."""
 
     @property
     def has_video(self) -> bool:
@@ -195,7 +201,7 @@ def _qwen_vl_processor(processor_cls: str):
 _QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 SPECS: dict[str, ZooSpec] = {}
-VIDEO_ARCHS = frozenset({"qwen2_vl", "qwen2_5_vl", "llava_onevision", "internvl", "smolvlm"})
+VIDEO_ARCHS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "smolvlm"})
 """Zoo models whose HF processor has a video processor."""
 
 
@@ -659,5 +665,237 @@ _register(
         tokenizer_attributes={"image_token": "<image>"},
         min_image_side=112,
         notes="Its text config has logit_scale=0.0625, which AyaVisionForConditionalGeneration never applies.",
+    )
+)
+
+
+# --- PaliGemma: BOS after the images and a trailing newline, added by the processor ----
+
+
+def _paligemma_config(tokenizer):
+    from transformers import GemmaConfig, PaliGemmaConfig, SiglipVisionConfig
+
+    return PaliGemmaConfig(
+        vision_config=SiglipVisionConfig(**SIGLIP_VISION, projection_dim=TEXT["hidden_size"]),
+        text_config=GemmaConfig(**_text(_vocab(tokenizer)), tie_word_embeddings=False),
+        projection_dim=TEXT["hidden_size"],
+        tie_word_embeddings=False,
+        **_ids(tokenizer, image_token_id="<image>"),
+    )
+
+
+def _paligemma_processor(tokenizer):
+    from transformers import PaliGemmaProcessor, SiglipImageProcessor
+
+    side = SIGLIP_VISION["image_size"]
+    return PaliGemmaProcessor(
+        image_processor=SiglipImageProcessor(size={"height": side, "width": side}, image_seq_length=16),
+        tokenizer=tokenizer,
+        chat_template=chat_template(image="<image>"),
+    )
+
+
+_register(
+    ZooSpec(
+        name="paligemma",
+        make_config=_paligemma_config,
+        make_processor=_paligemma_processor,
+        special_tokens=["<image>"],
+        tokenizer_attributes={"image_token": "<image>"},
+        add_bos=False,
+        notes="Its processor puts BOS after the last image and a newline at the end of the prompt.",
+    )
+)
+
+
+# --- Fuyu: no vision tower, inserts its own placeholder, newline tokens in the grid ----
+
+
+def _fuyu_config(tokenizer):
+    from transformers import FuyuConfig
+
+    text = dict(_text(_vocab(tokenizer)), partial_rotary_factor=0.5, qk_layernorm=True, hidden_act="relu2")
+    for key in ("head_dim", "num_key_value_heads", "rms_norm_eps"):
+        text.pop(key)
+    return FuyuConfig(
+        **text,
+        text_config=dict(text, model_type="persimmon"),
+        patch_size=14,
+        image_size=56,
+        **_ids(tokenizer, image_token_id="|SPEAKER|"),
+    )
+
+
+def _fuyu_processor(tokenizer):
+    from transformers import FuyuImageProcessor, FuyuProcessor
+
+    return FuyuProcessor(
+        image_processor=FuyuImageProcessor(size={"height": 56, "width": 56}, patch_size={"height": 14, "width": 14}),
+        tokenizer=tokenizer,
+    )
+
+
+_register(
+    ZooSpec(
+        name="fuyu",
+        centred_norm_biases=True,
+        make_config=_fuyu_config,
+        make_processor=_fuyu_processor,
+        special_tokens=["<0x04>"],
+        vocabulary_pieces=["|SPEAKER|", "|NEWLINE|"],
+        add_bos=False,
+        notes="Its processor inserts the image itself (no placeholder in the prompt), ends each patch row "
+        "with |NEWLINE|, and adds BOS after the image and <0x04> at the end.",
+    )
+)
+
+
+# --- Chameleon: a flat config (no vision_config), VQ image tokens, trailing separator --
+
+_CHAMELEON_CODEBOOK = 16
+_CHAMELEON_IMAGE_TOKENS = [
+    "IMGIMG" + "".join("ABCDEFGHIJ"[int(d)] for d in str(i)) + "Z" for i in range(_CHAMELEON_CODEBOOK)
+]
+
+
+def _chameleon_config(tokenizer):
+    from transformers import ChameleonConfig, ChameleonVQVAEConfig
+
+    text = _text(_vocab(tokenizer))
+    text.pop("head_dim")
+    return ChameleonConfig(
+        **text,
+        vq_config=ChameleonVQVAEConfig(
+            embed_dim=32, num_embeddings=_CHAMELEON_CODEBOOK, latent_channels=32, resolution=32,
+            base_channels=32, channel_multiplier=[1, 1, 1, 1], num_res_blocks=1, attn_resolutions=[],
+        ),
+        vocabulary_map=dict(tokenizer.get_vocab()),
+        tie_word_embeddings=False,
+    )
+
+
+def _chameleon_processor(tokenizer):
+    from transformers import ChameleonImageProcessor, ChameleonProcessor
+
+    tokenizer.sep_token = "<reserved08706>"  # appended to every prompt by the processor
+    processor = ChameleonProcessor(
+        image_processor=ChameleonImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+        tokenizer=tokenizer,
+        image_seq_length=16,
+    )
+    processor.chat_template = chat_template(image="<image>")  # its __init__ takes none
+    return processor
+
+
+_register(
+    ZooSpec(
+        name="chameleon",
+        make_config=_chameleon_config,
+        make_processor=_chameleon_processor,
+        special_tokens=["<image>", "<racm3:break>", "<eoss>", "<reserved08706>", *_CHAMELEON_IMAGE_TOKENS],
+        tokenizer_attributes={"image_token": "<image>", "boi_token": "<racm3:break>", "eoi_token": "<eoss>"},
+        notes="Flat config: vLLM resolves it to TransformersForCausalLM. Its processor ends every prompt "
+        "with the separator token.",
+    )
+)
+
+
+# --- Qwen3-VL: multi-level (deepstack) visual features added inside decoder layers -----
+
+
+def _qwen3_vl_config(tokenizer):
+    from transformers import Qwen3VLConfig
+
+    text = dict(_qwen2_vl_text(_vocab(tokenizer)), head_dim=32)
+    text["rope_parameters"] = dict(text["rope_parameters"], mrope_interleaved=True)
+    return Qwen3VLConfig(
+        **_qwen_token_ids(tokenizer),
+        text_config=text,
+        vision_config=dict(
+            depth=2, hidden_size=32, out_hidden_size=64, num_heads=2, intermediate_size=64,
+            patch_size=16, spatial_merge_size=2, temporal_patch_size=2, in_channels=3,
+            num_position_embeddings=16, deepstack_visual_indexes=[0, 1],
+        ),
+        tie_word_embeddings=False,
+    )
+
+
+def _qwen3_vl_processor(tokenizer):
+    import transformers
+
+    pixels = dict(shortest_edge=64 * 64, longest_edge=128 * 128)
+    return transformers.Qwen3VLProcessor(
+        image_processor=transformers.Qwen2VLImageProcessor(size=pixels, patch_size=16),
+        video_processor=transformers.Qwen3VLVideoProcessor(size=pixels, patch_size=16),
+        tokenizer=tokenizer,
+        chat_template=chat_template(
+            image="<|vision_start|><|image_pad|><|vision_end|>",
+            video="<|vision_start|><|video_pad|><|vision_end|>",
+        ),
+    )
+
+
+_register(
+    ZooSpec(
+        name="qwen3_vl",
+        make_config=_qwen3_vl_config,
+        make_processor=_qwen3_vl_processor,
+        special_tokens=_QWEN_TOKENS,
+        tokenizer_attributes={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        add_bos=False,
+        min_image_side=64,
+        notes="Deepstack: features from intermediate vision layers are added to the first decoder layers' "
+        "hidden states at the image positions.",
+    )
+)
+
+
+# --- Benchmark shape: an InternVL-shaped tower (24 layers, 448 px tiles, width 64) -------
+
+INTERNVL_BENCH_VISION = dict(
+    hidden_size=64, intermediate_size=256, num_hidden_layers=24, num_attention_heads=4,
+    image_size=[448, 448], patch_size=[14, 14], use_mask_token=False,
+)
+
+
+def _internvl_bench_config(tokenizer):
+    from transformers import InternVLConfig, InternVLVisionConfig, Qwen2Config
+
+    t = _text(_vocab(tokenizer))
+    t.pop("head_dim")
+    return InternVLConfig(
+        vision_config=InternVLVisionConfig(**INTERNVL_BENCH_VISION),
+        text_config=Qwen2Config(**t),
+        downsample_ratio=0.5,
+        **_ids(tokenizer, image_token_id="<IMG_CONTEXT>"),
+    )
+
+
+def _internvl_bench_processor(tokenizer):
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
+
+    return InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": 448, "width": 448}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        video_processor=InternVLVideoProcessor(size={"height": 448, "width": 448}),
+        tokenizer=tokenizer,
+        image_seq_length=256,
+        chat_template=chat_template(image="<IMG_CONTEXT>", video="<video>"),
+    )
+
+
+_register(
+    ZooSpec(
+        name="internvl_bench",
+        make_config=_internvl_bench_config,
+        make_processor=_internvl_bench_processor,
+        special_tokens=["<img>", "</img>", "<IMG_CONTEXT>", "<video>", "<image>"],
+        tokenizer_attributes={
+            "start_image_token": "<img>", "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>",
+        },
+        notes="bench/encoder_graphs.py's model: the InternVL-shaped tower at 448 px tiles.",
+        servable=False,
     )
 )

@@ -7,7 +7,7 @@ token a processor looks up by name.
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 _CORPUS = """
@@ -35,23 +35,21 @@ def build_tokenizer(
     add_bos: bool = True,
     chat_template: str | None = None,
     extra_attributes: dict[str, str] | None = None,
+    pieces: list[str] | None = None,
 ) -> PreTrainedTokenizerFast:
     """Train the tiny BPE and wrap it as a `PreTrainedTokenizerFast`.
 
     `special_tokens` are the multimodal markers the processor expects (`<image>`,
     `[IMG_BREAK]`, ...): they are added as single, never-split tokens.
+
+    `pieces` asks for a SentencePiece-style tokenizer instead (`_sentencepiece_like`).
     """
     core = [unk, bos, eos, pad]
-    tok = Tokenizer(models.BPE(unk_token=unk))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=core,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    if pieces is not None:
+        tok = _sentencepiece_like(core, pieces, unk)
+        add_bos = False
+    else:
+        tok = _byte_level_bpe(core, unk)
     if add_bos:
         from tokenizers.processors import TemplateProcessing
 
@@ -72,3 +70,40 @@ def build_tokenizer(
     if chat_template is not None:
         fast.chat_template = chat_template
     return fast
+
+
+def _byte_level_bpe(core: list[str], unk: str) -> Tokenizer:
+    tok = Tokenizer(models.BPE(unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=core,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    return tok
+
+
+def _sentencepiece_like(core: list[str], pieces: list[str], unk: str) -> Tokenizer:
+    """A Unigram model behind SentencePiece's normalizer (a "▁" before the text, "▁" for
+    spaces), with `pieces` as plain vocabulary entries rather than added tokens.
+
+    That is how Fuyu's tokenizer behaves, and its processor depends on it: a run of
+    image tokens tokenizes with a leading "▁", which the processor strips off.
+
+    The vocabulary is the byte-level BPE's (deterministic; the Unigram trainer is not),
+    spaces spelled "▁"; every piece costs the same, so text splits into the fewest.
+    """
+    bpe = _byte_level_bpe(core, unk)
+    words = sorted(t.replace("Ġ", "▁") for t in bpe.get_vocab() if t not in core)
+    words = [w for w in words if w.isprintable() and w.isascii() or set(w) <= set("▁abcdefghijklmnopqrstuvwxyz")]
+    chars = sorted({c for w in words for c in w} | set("▁"))
+    vocab = [(t, 0.0) for t in core] + [(c, -2.0) for c in chars]
+    vocab += [(w, -1.0) for w in words if len(w) > 1] + [(p, 0.0) for p in pieces]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=core.index(unk)))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Metaspace()
+    tok.add_special_tokens(core)
+    return tok

@@ -1,6 +1,9 @@
-"""Print, as JSON, which class vLLM resolves each backend name to (after plugins load)."""
+"""Print, as JSON, which class vLLM resolves each backend name to (after plugins load),
+and, for each checkpoint directory given as an argument, the architecture vLLM picks
+for it with `model_impl="transformers"`."""
 
 import json
+import sys
 
 from vllm import ModelRegistry
 from vllm.plugins import load_general_plugins
@@ -11,4 +14,8 @@ out = {}
 for name in names:
     cls = ModelRegistry._try_load_model_cls(name) if name in ModelRegistry.models else None
     out[name] = f"{cls.__module__}.{cls.__qualname__}" if cls else None
+if len(sys.argv) > 1:
+    from vllm.config import ModelConfig
+
+    out["checkpoints"] = {d: ModelConfig(model=d, model_impl="transformers").architecture for d in sys.argv[1:]}
 print("RESULT " + json.dumps(out))

