@@ -257,25 +257,37 @@ def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:
     Fuyu's processor returns `image_patches`, which its HF forward hands on to
     `get_image_features(pixel_values)` positionally.
     """
-    params = inspect.signature(fn).parameters
-    missing = [
-        name
-        for name, p in params.items()
-        if p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        and name not in kwargs
-    ]
+    named, required = _parameters(fn)
+    missing = [name for name in required if name not in kwargs]
     if not missing:
         return kwargs
-    spare = [k for k, v in kwargs.items() if k not in params and isinstance(v, torch.Tensor) and v.is_floating_point()]
+    spare = [k for k, v in kwargs.items() if k not in named and isinstance(v, torch.Tensor) and v.is_floating_point()]
     out = {k: v for k, v in kwargs.items() if k not in spare[: len(missing)]}
     out.update({name: kwargs[key] for name, key in zip(missing, spare)})
     return out
 
 
+def _parameters(fn) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(every parameter name, the required ones passable by name) of `fn`."""
+    return _function_parameters(getattr(fn, "__func__", fn), hasattr(fn, "__func__"))
+
+
 @functools.lru_cache(maxsize=None)
+def _function_parameters(fn, bound: bool) -> tuple[frozenset[str], tuple[str, ...]]:
+    # cached per function, not per bound method: a bound method would keep its model alive
+    params = dict(list(inspect.signature(fn).parameters.items())[1 if bound else 0 :])
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    required = tuple(n for n, p in params.items() if p.default is inspect.Parameter.empty and p.kind in kinds)
+    return frozenset(params), required
+
+
 def _accepted_kwargs(fn) -> frozenset[str] | None:
     """Named parameters of `fn`, or None if it takes `**kwargs` (then pass everything)."""
+    return _function_accepted_kwargs(getattr(fn, "__func__", fn))
+
+
+@functools.lru_cache(maxsize=None)
+def _function_accepted_kwargs(fn) -> frozenset[str] | None:
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None

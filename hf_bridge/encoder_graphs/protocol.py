@@ -14,6 +14,7 @@ encoder eagerly; the reason is logged once.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import torch
@@ -73,21 +74,27 @@ class EncoderGraphsMixin:
     """`SupportsEncoderCudaGraph` over `self.tile_layout`, for `HFBridgeForConditionalGeneration`."""
 
     supports_encoder_cudagraph: ClassVar[bool] = True
-    tile_layout: TileLayout | Ineligible = Ineligible("not probed yet")
 
     def init_encoder_graphs(self, vllm_config) -> None:
+        self._encoder_graphs_config = vllm_config
+
+    @functools.cached_property
+    def tile_layout(self) -> TileLayout | Ineligible:
+        """Probed on first use (when vLLM's runner or the CPU path asks), not at start-up."""
         from vllm.multimodal import MULTIMODAL_REGISTRY
 
         try:
-            info = MULTIMODAL_REGISTRY.create_processor(vllm_config.model_config).info
-            self.tile_layout = probe_tile_layout(info)
-            self._max_tiles_per_item = max(1, info.get_max_image_tokens() // getattr(self.tile_layout, "tokens_per_tile", 1))
+            info = MULTIMODAL_REGISTRY.create_processor(self._encoder_graphs_config.model_config).info
+            layout = probe_tile_layout(info)
+            if isinstance(layout, TileLayout):
+                self._max_tiles_per_item = max(1, info.get_max_image_tokens() // layout.tokens_per_tile)
         except Exception as exc:  # noqa: BLE001 - any failure to probe means: run eagerly
-            self.tile_layout = Ineligible(f"probing its processor failed ({type(exc).__name__}: {exc})")
-        if isinstance(self.tile_layout, Ineligible):
-            logger.info_once("hf_bridge: vision encoder graphs off for this model: %s", self.tile_layout.reason)
+            layout = Ineligible(f"probing its processor failed ({type(exc).__name__}: {exc})")
+        if isinstance(layout, Ineligible):
+            logger.info("hf_bridge: vision encoder graphs off for this model: %s", layout.reason)
         else:
-            logger.info_once("hf_bridge: vision encoder graphs eligible: %s", self.tile_layout)
+            logger.info("hf_bridge: vision encoder graphs eligible: %s", layout)
+        return layout
 
     # -- configuration ------------------------------------------------------------------
 
