@@ -193,6 +193,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             try:
                 one = self._call_one_item(sentinel_text, one_blank, hf_kwargs)
             except Exception:
+                one = None
+            if one is None or not any(_type_ids(one, self)[0].tolist()):  # it did not insert the item either
                 raise ValueError(errors.unprocessable_item(modality, 0, explicit_error)) from explicit_error
             inserts = True
         try:
