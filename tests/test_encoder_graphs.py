@@ -124,7 +124,8 @@ def batch_of(model_dir, names: list[str]) -> dict:
 
     processor = build_processor(model_dir)
     images = [parity.test_image(*IMAGES[n], seed=list(IMAGES).index(n) + 1) for n in names]
-    placeholder = processor.info.placeholder_text("image")
+    inserts_itself = processor.info.frame("image").inserts_item  # Fuyu: no placeholders in prompts
+    placeholder = "" if inserts_itself else processor.info.placeholder_text("image")
     out = processor(placeholder * len(images), processor.info.parse_mm_data({"image": images}), hf_processor_mm_kwargs={})
     ((_, _, batch),) = list(group_and_batch_mm_kwargs([("image", item) for item in out["mm_kwargs"]["image"]], device="cpu"))
     return batch
@@ -249,3 +250,21 @@ def test_cpu_fast_path_keeps_parity(zoo, engines, monkeypatch):
     assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
     assert model.cpu_encoder_graphs.manager.graph_hits == 2
     engines.close()  # later tests get an engine without the option
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("arch", ["llava", "gemma3", "chameleon", "fuyu"])
+def test_other_eligible_towers_match_eager_through_budgets(arch, zoo, engines):
+    """Beyond InternVL: CLIP, SigLIP (with Gemma3's pooling), a VQ tokenizer, Fuyu's
+    patch projection; two images of different sizes packed into one budget."""
+    model_dir = zoo(arch)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    layout = model.tile_layout
+    assert layout == EXPECTED_LAYOUTS[arch]
+    batch = batch_of(model_dir, ["one_tile", "five_tiles"])
+    tokens = sum(int(n) for n in batch["hf_bridge_image_num_embeds"])
+    manager = manager_for(llm, model, budgets=[tokens, 2 * tokens], max_items=2)
+    got = run(manager, batch)
+    assert all(torch.equal(g, e) for g, e in zip(got, eager(model, batch)))
+    assert (manager.graph_hits, manager.graph_misses) == (2, 0)
