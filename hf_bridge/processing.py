@@ -183,7 +183,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         sentinel = tokenizer.encode(sentinel_text, add_special_tokens=False)
         hf_kwargs = self.ctx.get_merged_mm_kwargs({})
         placeholder = self.placeholder_text(modality)
-        blank, one_blank = _blank_items(modality, 2), _blank_items(modality, 1)
+        blank, one_blank = blank_items(modality, 2), blank_items(modality, 1)
         placeholder_probe = tokenizer.encode(placeholder)
         text_before = placeholder_probe[: placeholders.find_sublist(placeholder_probe, self.placeholder_ids(modality)) or 0]
         try:
@@ -259,7 +259,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         size = ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
         key = (modality, size.width, size.height, num_frames)
         if key not in self._counted:
-            item = _blank_items(modality, 1, size.width, size.height, num_frames)
+            item = blank_items(modality, 1, size.width, size.height, num_frames)
             hf_kwargs = self.ctx.get_merged_mm_kwargs({})
             self._counted[key] = len(self.probe(modality, item, hf_kwargs)[1])
         return self._counted[key]
@@ -421,7 +421,7 @@ BLANK_SIDE = 112
 BLANK_FRAMES = 4
 
 
-def _blank_items(modality: str, count: int, width: int = BLANK_SIDE, height: int = BLANK_SIDE, num_frames: int = BLANK_FRAMES) -> dict[str, list]:
+def blank_items(modality: str, count: int, width: int = BLANK_SIDE, height: int = BLANK_SIDE, num_frames: int = BLANK_FRAMES) -> dict[str, list]:
     """`count` blank items of `modality`, in the layout `_call_one_item` takes."""
     import numpy as np
     from PIL import Image

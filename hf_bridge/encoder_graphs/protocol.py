@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from vllm.logger import init_logger
 
-from ..processing import DATA_KEY, NUM_EMBEDS_KEY
+from ..processing import DATA_KEY, NUM_EMBEDS_KEY, blank_items
 from .tiles import Ineligible, ProbedItem, TileLayout, budget_range, tile_layout
 
 logger = init_logger("hf_bridge")
@@ -35,8 +35,6 @@ different tile counts, so a fixed per-tile output is tested, not assumed."""
 
 def probe_tile_layout(info) -> TileLayout | Ineligible:
     """Process blank images with the model's processor and read the tile layout off them."""
-    from PIL import Image
-
     from .. import split
 
     if MODALITY not in info.supported_mm_limits:
@@ -44,7 +42,7 @@ def probe_tile_layout(info) -> TileLayout | Ineligible:
     hf_kwargs = info.ctx.get_merged_mm_kwargs({})
     probes = []
     for width, height in PROBE_SIZES:
-        out, expansion = info.probe(MODALITY, {"images": [Image.new("RGB", (width, height))]}, hf_kwargs)
+        out, expansion = info.probe(MODALITY, blank_items(MODALITY, 1, width, height), hf_kwargs)
         if expansion.encoder_modality != MODALITY:
             return Ineligible(f"its {MODALITY}s are encoded as {expansion.encoder_modality}")
         fields = {
