@@ -20,36 +20,19 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from encoder_graphs_gpu import encoder_check  # noqa: E402
+from encoder_graphs_gpu import encoder_check, two_image_ttft  # noqa: E402
 
 TTFT_REQUESTS = 4
 
 
 def ttft_worker() -> None:
-    """One setting, one process: median time to the first token of fresh 2-image requests."""
+    """One setting (from the environment), one process: median TTFT, printed."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from vllm import LLM, SamplingParams
-
-    from hf_bridge.validate import parity
-    from hf_bridge.zoo import build
-
-    llm = LLM(model=str(build("internvl_bench")), model_impl="transformers", dtype="float32",
-              max_model_len=4096, limit_mm_per_prompt={"image": 2}, seed=0)
-    prompt = "user: <IMG_CONTEXT><IMG_CONTEXT>Compare the two images.\nassistant:"
-    params = SamplingParams(max_tokens=1, temperature=0.0)
-    times = []
-    for i in range(TTFT_REQUESTS + 1):
-        images = [parity.test_image(896, 448, seed=100 + 2 * i), parity.test_image(448, 448, seed=101 + 2 * i)]
-        start = time.perf_counter()
-        llm.generate([{"prompt": prompt, "multi_modal_data": {"image": images}}], params, use_tqdm=False)
-        if i:  # the first request warms up (and, with graphs, captures them)
-            times.append(time.perf_counter() - start)
-    print("RESULT " + json.dumps({"ttft_s": statistics.median(times)}), flush=True)
+    print("RESULT " + json.dumps({"ttft_s": two_image_ttft(TTFT_REQUESTS)}), flush=True)
 
 
 def ttft(graphs: bool) -> float:

@@ -325,32 +325,42 @@ def _llava_onevision_processor(tokenizer):
 # --- InternVL (HF format): crop_to_patches tiles, pixel shuffle ------------------------
 
 
-def _internvl_config(tokenizer):
+INTERNVL_VISION = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+    image_size=[56, 56], patch_size=[14, 14], use_mask_token=False,
+)
+
+
+def _internvl_config(tokenizer, vision: dict = INTERNVL_VISION):
     from transformers import InternVLConfig, InternVLVisionConfig, Qwen2Config
 
     t = _text(_vocab(tokenizer))
     t.pop("head_dim")
     return InternVLConfig(
-        vision_config=InternVLVisionConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            image_size=[56, 56], patch_size=[14, 14], use_mask_token=False,
-        ),
+        vision_config=InternVLVisionConfig(**vision),
         text_config=Qwen2Config(**t),
         downsample_ratio=0.5,
         **_ids(tokenizer, image_token_id="<IMG_CONTEXT>"),
     )
 
 
-def _internvl_processor(tokenizer):
+_INTERNVL_TOKENS = ["<img>", "</img>", "<IMG_CONTEXT>", "<video>", "<image>"]
+_INTERNVL_TOKEN_ATTRIBUTES = {
+    "start_image_token": "<img>", "end_image_token": "</img>",
+    "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>",
+}
+
+
+def _internvl_processor(tokenizer, side: int = 56, image_seq_length: int = 4):
     from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
 
     return InternVLProcessor(
         image_processor=GotOcr2ImageProcessor(
-            size={"height": 56, "width": 56}, crop_to_patches=True, min_patches=1, max_patches=4
+            size={"height": side, "width": side}, crop_to_patches=True, min_patches=1, max_patches=4
         ),
-        video_processor=InternVLVideoProcessor(size={"height": 56, "width": 56}),
+        video_processor=InternVLVideoProcessor(size={"height": side, "width": side}),
         tokenizer=tokenizer,
-        image_seq_length=4,
+        image_seq_length=image_seq_length,
         chat_template=chat_template(image="<IMG_CONTEXT>", video="<video>"),
     )
 
@@ -486,11 +496,8 @@ _register(
         name="internvl",
         make_config=_internvl_config,
         make_processor=_internvl_processor,
-        special_tokens=["<img>", "</img>", "<IMG_CONTEXT>", "<video>", "<image>"],
-        tokenizer_attributes={
-            "start_image_token": "<img>", "end_image_token": "</img>",
-            "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>",
-        },
+        special_tokens=_INTERNVL_TOKENS,
+        tokenizer_attributes=_INTERNVL_TOKEN_ATTRIBUTES,
         min_image_side=112,
     )
 )
@@ -859,30 +866,11 @@ INTERNVL_BENCH_VISION = dict(
 
 
 def _internvl_bench_config(tokenizer):
-    from transformers import InternVLConfig, InternVLVisionConfig, Qwen2Config
-
-    t = _text(_vocab(tokenizer))
-    t.pop("head_dim")
-    return InternVLConfig(
-        vision_config=InternVLVisionConfig(**INTERNVL_BENCH_VISION),
-        text_config=Qwen2Config(**t),
-        downsample_ratio=0.5,
-        **_ids(tokenizer, image_token_id="<IMG_CONTEXT>"),
-    )
+    return _internvl_config(tokenizer, INTERNVL_BENCH_VISION)
 
 
 def _internvl_bench_processor(tokenizer):
-    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
-
-    return InternVLProcessor(
-        image_processor=GotOcr2ImageProcessor(
-            size={"height": 448, "width": 448}, crop_to_patches=True, min_patches=1, max_patches=4
-        ),
-        video_processor=InternVLVideoProcessor(size={"height": 448, "width": 448}),
-        tokenizer=tokenizer,
-        image_seq_length=256,
-        chat_template=chat_template(image="<IMG_CONTEXT>", video="<video>"),
-    )
+    return _internvl_processor(tokenizer, side=448, image_seq_length=256)
 
 
 _register(
@@ -890,11 +878,8 @@ _register(
         name="internvl_bench",
         make_config=_internvl_bench_config,
         make_processor=_internvl_bench_processor,
-        special_tokens=["<img>", "</img>", "<IMG_CONTEXT>", "<video>", "<image>"],
-        tokenizer_attributes={
-            "start_image_token": "<img>", "end_image_token": "</img>",
-            "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>",
-        },
+        special_tokens=_INTERNVL_TOKENS,
+        tokenizer_attributes=_INTERNVL_TOKEN_ATTRIBUTES,
         notes="bench/encoder_graphs.py's model: the InternVL-shaped tower at 448 px tiles.",
         servable=False,
     )
