@@ -89,8 +89,42 @@ def no_token_types(processor: Any) -> str:
     return (
         f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
         "when called with `return_mm_token_type_ids=True`, so hf_bridge cannot tell which "
-        "prompt tokens belong to which item, and cannot serve this model. Serve it with vLLM's "
-        "in-tree backend (set HF_BRIDGE_DISABLE=1) or a native vLLM model, or use a "
-        "processor that lists its multimodal tokens (`image_token_ids`) as transformers' "
-        "`ProcessorMixin` expects."
+        "prompt tokens belong to which item. A processor that lists its multimodal tokens "
+        "(`image_token_ids`) as transformers' `ProcessorMixin` expects reports them."
+    )
+
+
+def modality_switched_off(modality: str, why: str, processor: Any) -> str:
+    return (
+        f"hf_bridge switched {modality} input off for this model: {type(processor).__name__} could "
+        f"not be probed with a blank {modality} ({why}), so hf_bridge cannot tell where a {modality} "
+        f"goes in the prompt. Text and the model's other inputs are served; remove the "
+        f"{_PLURAL.get(modality, modality)} from the request, or serve this model with vLLM's in-tree "
+        "backend (HF_BRIDGE_DISABLE=1)."
+    )
+
+
+def nothing_placeable(failures: Mapping[str, str], processor: Any) -> str:
+    reasons = "; ".join(f"{m}: {why}" for m, why in failures.items()) or "it has no image, video or audio processor"
+    return (
+        f"hf_bridge cannot place any multimodal item for {type(processor).__name__} ({reasons}). "
+        "Select vLLM's in-tree backend for it with HF_BRIDGE_DISABLE=1, or let hf_bridge route it "
+        "there itself by not naming hf_bridge's architecture in `hf_overrides`."
+    )
+
+
+def routed_to_in_tree(failures: Mapping[str, str], in_tree: str) -> str:
+    reasons = "; ".join(f"{m}: {why}" for m, why in failures.items())
+    return (
+        f"hf_bridge cannot place this checkpoint's multimodal items ({reasons}), so it is served by "
+        f"vLLM's in-tree Transformers backend ({in_tree}), exactly as without hf_bridge."
+    )
+
+
+def text_only_prompts_differ(processor: Any, added: list[str]) -> str:
+    return (
+        f"{type(processor).__name__} adds {added} to prompts outside the items' placeholders. vLLM "
+        "does not run the multimodal processor on a prompt without images, videos or audio, so "
+        "text-only prompts are run without those tokens and differ from transformers there. "
+        "Add them to text-only prompts yourself where it matters."
     )

@@ -26,6 +26,7 @@ from vllm.logger import init_logger
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
 from vllm.model_executor.models.transformers.causal import CausalMixin
+from vllm.model_executor.models.transformers.moe import MoEMixin
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
@@ -36,10 +37,10 @@ from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .head import HFLogitsHead
 from .side_features import SideFeatures, decoder_takes_side_features, side_levels, widen
+from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
     ENCODER_KEY,
-    HF_DATA_KEYS,
     NUM_EMBEDS_KEY,
     TYPE_IDS_KEY,
     HFBridgeDummyInputsBuilder,
@@ -92,6 +93,16 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         finally:
             for parent, name, module in hidden:
                 setattr(parent, name, module)
+
+    def _get_tie_word_embeddings(self) -> bool:
+        """Tie lm_head to the input embeddings exactly when transformers does.
+
+        transformers 5 reads `tie_word_embeddings` from the generation class's own
+        config only (`PreTrainedModel.tie_weights`); vLLM's backend ties when the text
+        config says so too. A checkpoint built from Qwen3-VL-MoE's defaults has `False`
+        at the top and `True` in its text config: tied, every logit is wrong.
+        """
+        return bool(getattr(self.config, "tie_word_embeddings", False))
 
     def get_language_model(self) -> torch.nn.Module:
         """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the
@@ -187,6 +198,14 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
         positions, delta = get_rope_index(input_ids=torch.tensor(input_tokens)[None], **kwargs)
         return positions[:, 0], int(delta[0])
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
+)
+class HFBridgeMoEForConditionalGeneration(MoEMixin, HFBridgeForConditionalGeneration):
+    """hf_bridge with the experts on vLLM's fused-MoE layer, composed as vLLM composes
+    its own `TransformersMultiModalMoEForCausalLM` (`MoEMixin` first)."""
 
 
 def uses_bidirectional_mm_attention(config) -> bool:

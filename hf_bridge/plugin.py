@@ -11,6 +11,11 @@ no hook for that choice, so `register` wraps the registry's resolution of the
 Transformers backend class on its instance, and routes exactly those checkpoints to
 hf_bridge. Text-only checkpoints keep vLLM's own class.
 
+Whether hf_bridge can place a checkpoint's items is decided there too, once, at engine
+start (`unplaceable`): a checkpoint whose processor hf_bridge cannot probe for any
+modality is served by vLLM's in-tree backend class, exactly as without hf_bridge, and
+the reason is logged. Installing hf_bridge never takes a model away.
+
 `HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge;
 hf_bridge never replaces vLLM's `"vllm"` attention function, only reuses it.
 """
@@ -20,15 +25,25 @@ from __future__ import annotations
 import os
 
 MODEL_CLASS = "hf_bridge.model:HFBridgeForConditionalGeneration"
+MOE_MODEL_CLASS = "hf_bridge.model:HFBridgeMoEForConditionalGeneration"
 OWN_ARCHITECTURE = "HFBridgeForConditionalGeneration"
 """Select hf_bridge explicitly: `hf_overrides={"architectures": [OWN_ARCHITECTURE]}`."""
-OVERRIDDEN_ARCHITECTURES = (
-    "TransformersMultiModalForCausalLM",
-    "TransformersMultiModalMoEForCausalLM",
-)
-
-
-TEXT_ONLY_ARCHITECTURES = ("TransformersForCausalLM", "TransformersMoEForCausalLM")
+OWN_MOE_ARCHITECTURE = "HFBridgeMoEForConditionalGeneration"
+"""hf_bridge with vLLM's fused-MoE layers for the experts (`MoEMixin`)."""
+OVERRIDDEN_ARCHITECTURES = {
+    "TransformersMultiModalForCausalLM": OWN_ARCHITECTURE,
+    "TransformersMultiModalMoEForCausalLM": OWN_MOE_ARCHITECTURE,
+}
+"""vLLM's multimodal Transformers-backend names, and hf_bridge's class for each."""
+TEXT_ONLY_ARCHITECTURES = {
+    "TransformersForCausalLM": OWN_ARCHITECTURE,
+    "TransformersMoEForCausalLM": OWN_MOE_ARCHITECTURE,
+}
+"""What vLLM resolves a flat config to, and hf_bridge's class for one that takes media."""
+IN_TREE_CLASSES = "vllm.model_executor.models.transformers:{}"
+IN_TREE_FALLBACK = "HFBridgeInTree{}"
+"""vLLM's own multimodal classes stay reachable under these names: checkpoints whose
+items hf_bridge cannot place are routed to them."""
 PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json")
 """A checkpoint with one of these has a processor for media, not only a tokenizer."""
 
@@ -45,24 +60,78 @@ def register() -> None:
     from .versions import check_versions
 
     check_versions()
-    for name in (*OVERRIDDEN_ARCHITECTURES, OWN_ARCHITECTURE):
-        ModelRegistry.register_model(name, MODEL_CLASS)
-    _route_flat_multimodal_configs(ModelRegistry)
+    for name, own in OVERRIDDEN_ARCHITECTURES.items():
+        ModelRegistry.register_model(name, MOE_MODEL_CLASS if own == OWN_MOE_ARCHITECTURE else MODEL_CLASS)
+        ModelRegistry.register_model(IN_TREE_FALLBACK.format(name), IN_TREE_CLASSES.format(name))
+    ModelRegistry.register_model(OWN_ARCHITECTURE, MODEL_CLASS)
+    ModelRegistry.register_model(OWN_MOE_ARCHITECTURE, MOE_MODEL_CLASS)
+    _route_transformers_backend(ModelRegistry)
 
 
-def _route_flat_multimodal_configs(registry) -> None:
+def _route_transformers_backend(registry) -> None:
+    """Wrap the registry's resolution of Transformers-backend classes (vLLM has no hook)."""
     resolve = registry._try_resolve_transformers
     if getattr(resolve, "hf_bridge", False):  # plugins load once per process, but be safe
         return
 
     def resolve_transformers(architecture, model_config):
-        arch = resolve(architecture, model_config)
-        if arch in TEXT_ONLY_ARCHITECTURES and has_media_processor(model_config.model, model_config.revision):
-            return OWN_ARCHITECTURE
-        return arch
+        return route(resolve(architecture, model_config), model_config)
 
     resolve_transformers.hf_bridge = True  # type: ignore[attr-defined]
     registry._try_resolve_transformers = resolve_transformers
+
+
+def route(arch: str | None, model_config) -> str | None:
+    """hf_bridge's class for what vLLM resolved, or vLLM's own where hf_bridge cannot place items."""
+    if arch in OVERRIDDEN_ARCHITECTURES:
+        own, in_tree = OVERRIDDEN_ARCHITECTURES[arch], IN_TREE_FALLBACK.format(arch)
+    elif arch in TEXT_ONLY_ARCHITECTURES and has_media_processor(model_config.model, model_config.revision):
+        own, in_tree = TEXT_ONLY_ARCHITECTURES[arch], arch
+    else:
+        return arch
+    failures = unplaceable(model_config)
+    if failures is None:
+        return own
+    from vllm.logger import init_logger
+
+    from .errors import routed_to_in_tree
+
+    init_logger("hf_bridge").warning_once(routed_to_in_tree(failures, in_tree))
+    return in_tree
+
+
+def unplaceable(model_config) -> dict[str, str] | None:
+    """None if hf_bridge can place the checkpoint's items for at least one modality,
+    else why not, per modality (the processor's own errors). Probed once per checkpoint
+    and process, with the processor's default kwargs."""
+    key = (model_config.model, model_config.revision)
+    if key not in _PLACEMENT:
+        _PLACEMENT[key] = _probe_placement(model_config)
+    return _PLACEMENT[key]
+
+
+_PLACEMENT: dict[tuple[str, str | None], dict[str, str] | None] = {}
+
+
+def _probe_placement(model_config) -> dict[str, str] | None:
+    from vllm.transformers_utils.processor import get_processor
+
+    from .probes import ProcessorProbe
+
+    try:
+        processor = get_processor(
+            model_config.model, revision=model_config.revision, trust_remote_code=model_config.trust_remote_code
+        )
+    except Exception as exc:  # noqa: BLE001 - vLLM's own backend reports this itself
+        return {"processor": f"{type(exc).__name__}: {exc}"}
+    tokenizer = getattr(processor, "tokenizer", None)
+    if tokenizer is None:
+        return {"processor": f"{type(processor).__name__} has no tokenizer"}
+    call = lambda data, kw: processor(**data, **kw, return_tensors="pt")  # noqa: E731
+    probe = ProcessorProbe(processor, tokenizer, model_config.hf_config, call=call)
+    if probe.placeable():
+        return None
+    return probe.failures or {"processor": f"{type(processor).__name__} has no image, video or audio processor"}
 
 
 def has_media_processor(model: str, revision: str | None = None) -> bool:

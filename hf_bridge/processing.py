@@ -34,11 +34,9 @@ from vllm.multimodal.parse import ImageSize, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
 from . import errors, frame, placeholders, split
+from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe
 
 logger = init_logger(__name__)
-
-HF_DATA_KEYS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
-"""The keyword(s) under which `ProcessorMixin.__call__` takes each modality's data."""
 
 DATA_KEY = "{}.{}"
 """An item's processor output `key` is stored as `"<modality>.<key>"`: two modalities
@@ -49,10 +47,6 @@ IS_EMBED_KEY = "hf_bridge_{}_is_embed"
 TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
 NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
 """Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
-
-PROBE_SENTINEL = "hello"
-"""Plain text after a probe's placeholder: where the processor's additions end up shows
-which belong after items and which at the end of the prompt (`frame.py`)."""
 
 MAX_COUNTED_SIDE = 1024
 """Largest side of the blank item processed to count tokens when a processor cannot."""
@@ -65,7 +59,19 @@ def own_keys(modality: str) -> tuple[str, ...]:
 
 
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
-    """What the processor can do, learnt from the HF processor itself."""
+    """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
+
+    @cached_property
+    def probes(self) -> ProcessorProbe:
+        """Placeholders, frames and expansions, learnt by calling the HF processor
+        through vLLM's context (which merges the engine's processor kwargs)."""
+        return ProcessorProbe(
+            self.get_hf_processor(),
+            self.get_tokenizer(),
+            self.get_hf_config(),
+            call=lambda data, kw: self.ctx.call_hf_processor(self.get_hf_processor(**kw), data, kw),
+            default_kwargs=self.ctx.get_merged_mm_kwargs({}),
+        )
 
     @cached_property
     def _is_video_model(self) -> bool:
@@ -73,9 +79,37 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         # and silently serves no video otherwise; hf_bridge counts from the output.
         return hasattr(self.get_hf_processor(), "video_processor")
 
+    def _get_supported_modalities(self) -> list[str]:
+        """The processor's modalities, minus those hf_bridge cannot probe: each of those
+        is switched off with one warning, and the others keep serving."""
+        failures = self.probes.failures
+        for modality, why in failures.items():
+            logger.warning_once(errors.modality_switched_off(modality, why, self.get_hf_processor()))
+        placeable = [m for m in super()._get_supported_modalities() if m not in failures]
+        if not placeable:
+            raise ValueError(errors.nothing_placeable(failures, self.get_hf_processor()))
+        self._warn_text_only_prompts(placeable)
+        return placeable
+
+    def _warn_text_only_prompts(self, modalities: list[str]) -> None:
+        """vLLM runs no multimodal processor on a prompt without media, so tokens the HF
+        processor adds to every prompt (Chameleon's separator) are missing there."""
+        tokenizer = self.get_tokenizer()
+        for modality in modalities:
+            learnt = self.probes.frame(modality)
+            added = [*learnt.leading, *learnt.trailing]
+            if added:
+                text = tokenizer.convert_ids_to_tokens(added)
+                logger.warning_once(errors.text_only_prompts_differ(self.get_hf_processor(), text))
+                return
+
     def validate_num_items(self, modality: str, num_items: int) -> None:
         if num_items and modality not in self.supported_mm_limits:
-            raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, self.get_hf_processor()))
+            why = self.probes.failures.get(modality)
+            processor = self.get_hf_processor()
+            if why is not None:
+                raise ValueError(errors.modality_switched_off(modality, why, processor))
+            raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, processor))
         super().validate_num_items(modality, num_items)
 
     def parse_mm_data(self, mm_data, *, validate: bool = True):
@@ -83,146 +117,12 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             errors.check_media_types(mm_data)
         return super().parse_mm_data(mm_data, validate=validate)
 
-    def placeholder_text(self, modality: str) -> str:
-        """What a prompt holds for one item: what the chat template emits for it.
-
-        Falls back to the processor's `<modality>_token` for a model without a chat
-        template.
-        """
-        return self._placeholder_texts[modality]
-
-    def placeholder_ids(self, modality: str) -> list[int]:
-        """`placeholder_text` as token ids (encoded once; every request looks for them)."""
-        if modality not in self._placeholder_ids:
-            text = self.placeholder_text(modality)
-            self._placeholder_ids[modality] = self.get_tokenizer().encode(text, add_special_tokens=False)
-        return self._placeholder_ids[modality]
-
-    @cached_property
-    def _placeholder_ids(self) -> dict[str, list[int]]:
-        return {}
-
-    @cached_property
-    def _placeholder_texts(self) -> dict[str, str]:
-        processor = self.get_hf_processor()
-        out = {}
-        for modality in ("image", "video", "audio"):
-            text = _chat_template_placeholder(processor, modality)
-            if text is None:
-                text = getattr(processor, f"{modality}_token", None)
-            if text is not None:
-                out[modality] = text
-        return out
-
-    def embed_token_candidates(self, modality: str) -> list[int]:
-        """Tokens the checkpoint names as holding embeddings, most authoritative first.
-
-        The model config comes first: it is what the HF forward scatters features by
-        (`get_placeholder_mask`). Processors' own `image_token_id` can name a marker
-        instead (Gemma3's is its begin-of-image token). The other modalities' tokens
-        follow, for processors that expand one modality into another's tokens.
-        """
-        config, processor = self.get_hf_config(), self.get_hf_processor()
-        order = [modality, *(m for m in HF_DATA_KEYS if m != modality)]
-        candidates = []
-        for m in order:
-            for source, name in (
-                (config, f"{m}_token_id"),
-                (config, f"{m}_token_index"),
-                (processor, f"{m}_token_id"),
-            ):
-                value = getattr(source, name, None)
-                if isinstance(value, int) and value not in candidates:
-                    candidates.append(value)
-        return candidates
-
-    def probe(self, modality: str, item: Any, hf_kwargs: Mapping[str, object]) -> tuple[BatchFeature, placeholders.Expansion]:
-        """Process one item alone; return its data and its placeholder expansion."""
-        if modality not in self._placeholder_texts:
-            raise ValueError(
-                f"{type(self.get_hf_processor()).__name__} has no placeholder for {modality} "
-                f"(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
-                f"tell where a {modality} goes in the prompt."
-            )
-        prompt_frame = self.frame(modality)
-        text = "" if prompt_frame.inserts_item else self.placeholder_text(modality)
-        probe_ids = self.get_tokenizer().encode(text)
-        span = self._placeholder_span(modality, probe_ids, prompt_frame)
-        out = self._call_one_item(text, item, hf_kwargs)
-        ids, types = frame.strip_frame(prompt_frame, out["input_ids"][0].tolist(), _type_ids(out, self)[0].tolist())
-        expansion = placeholders.expansion_from_probe(
-            modality, probe_ids, span, ids, types, self.embed_token_candidates(modality)
-        )
-        return out, expansion
-
-    def _placeholder_span(self, modality: str, probe_ids: list[int], prompt_frame: frame.PromptFrame) -> tuple[int, int]:
-        if prompt_frame.inserts_item:  # the processor puts the item before everything
-            return (0, 0)
-        target = self.placeholder_ids(modality)
-        start = placeholders.find_sublist(probe_ids, target)
-        if start is None:
-            raise ValueError(f"{self.placeholder_text(modality)!r} does not tokenize to the same ids inside and outside a prompt")
-        return (start, start + len(target))
-
     def frame(self, modality: str) -> frame.PromptFrame:
-        """What the processor adds to prompts with `modality` items, outside their expansions."""
-        if modality not in self._frames:
-            self._frames[modality] = self._learn_frame(modality)
-            if not self._frames[modality].is_empty:
-                logger.info("hf_bridge: %s prompts get the processor's own tokens: %s", modality, self._frames[modality])
-        return self._frames[modality]
-
-    @cached_property
-    def _frames(self) -> dict[str, frame.PromptFrame]:
-        return {}
-
-    def _learn_frame(self, modality: str) -> frame.PromptFrame:
-        """Probe with blank items, placeholder then sentinel text (see `frame.py`)."""
-        tokenizer = self.get_tokenizer()
-        sentinel_text = PROBE_SENTINEL
-        sentinel = tokenizer.encode(sentinel_text, add_special_tokens=False)
-        hf_kwargs = self.ctx.get_merged_mm_kwargs({})
-        placeholder = self.placeholder_text(modality)
-        blank, one_blank = blank_items(modality, 2), blank_items(modality, 1)
-        placeholder_probe = tokenizer.encode(placeholder)
-        text_before = placeholder_probe[: placeholders.find_sublist(placeholder_probe, self.placeholder_ids(modality)) or 0]
-        try:
-            one = self._call_one_item(placeholder + sentinel_text, one_blank, hf_kwargs)
-            inserts = False
-        except Exception as explicit_error:  # noqa: BLE001 - any refusal means: try without a placeholder
-            try:
-                one = self._call_one_item(sentinel_text, one_blank, hf_kwargs)
-            except Exception:
-                one = None
-            if one is None or not any(_type_ids(one, self)[0].tolist()):  # it did not insert the item either
-                raise ValueError(errors.unprocessable_item(modality, 0, explicit_error)) from explicit_error
-            inserts = True
-        try:
-            two_text = (placeholder + sentinel_text) * 2
-            two = None if inserts else self._call_one_item(two_text, blank, hf_kwargs)["input_ids"][0].tolist()
-        except Exception:  # noqa: BLE001 - a processor may take one item per prompt (Fuyu)
-            two = None
-        return frame.frame_from_probes(
-            one["input_ids"][0].tolist(), _type_ids(one, self)[0].tolist(), two, sentinel, text_before, inserts
-        )
-
-    def _call_one_item(self, text: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]) -> BatchFeature:
-        """Call the HF processor on one item, flat (`videos=[v]`) or per sample (`[[v]]`).
-
-        Processors disagree on the layout of media lists (SmolVLM counts a flat
-        video's frames as videos); the per-sample layout is what every processor
-        accepts for a batch of one, so it is tried when the flat one is refused.
-        """
-        processor = self.get_hf_processor(**hf_kwargs)
-        data = {"text": text, **item, "return_mm_token_type_ids": True}
-        try:
-            return self.ctx.call_hf_processor(processor, data, hf_kwargs)
-        except ValueError as flat_error:
-            nested = {"text": [text], **{k: [v] for k, v in item.items()}, "return_mm_token_type_ids": True}
-            try:
-                return self.ctx.call_hf_processor(processor, nested, hf_kwargs)
-            except ValueError:
-                raise flat_error from None
+        """What the processor adds to prompts with `modality` items (`ProcessorProbe.frame`)."""
+        learnt = self.probes.frame(modality)
+        if not learnt.is_empty:
+            logger.info_once("hf_bridge: %s prompts get the processor's own tokens: %s", modality, learnt)
+        return learnt
 
     # -- counting ---------------------------------------------------------------------
 
@@ -259,9 +159,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         size = ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
         key = (modality, size.width, size.height, num_frames)
         if key not in self._counted:
-            item = blank_items(modality, 1, size.width, size.height, num_frames)
-            hf_kwargs = self.ctx.get_merged_mm_kwargs({})
-            self._counted[key] = len(self.probe(modality, item, hf_kwargs)[1])
+            item = self.probes.blank(modality, 1, size.width, size.height, num_frames)
+            self._counted[key] = len(self.probes.probe(modality, item, self.probes.default_kwargs)[1])
         return self._counted[key]
 
     @cached_property
@@ -275,7 +174,7 @@ class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
     def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
         info: HFBridgeProcessingInfo = self.info  # type: ignore[assignment]
         return "".join(
-            info.placeholder_text(m) * n for m, n in mm_counts.items() if n and m in info._placeholder_texts
+            info.probes.placeholder_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts
         )
 
 
@@ -294,11 +193,12 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         """
         counts = inputs.mm_data_items.get_all_counts()
         frames = []
-        for modality in sorted(set(counts) | set(self.info._placeholder_texts)):
-            text = self.info._placeholder_texts.get(modality)
+        probes = self.info.probes
+        for modality in sorted(set(counts) | set(probes.placeholder_texts)):
+            text = probes.placeholder_texts.get(modality)
             if text is None:
                 continue
-            target = self.info.placeholder_ids(modality)
+            target = probes.placeholder_ids(modality)
             found = placeholders.count_sublist(inputs.prompt, target)
             given = counts.get(modality, 0)
             prompt_frame = self.info.frame(modality) if given else None
@@ -317,23 +217,23 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         hf_data, hf_kwargs, passthrough = self._get_hf_mm_inputs(mm_items, hf_kwargs)
         hf_data.pop("text", None)
         per_modality: dict[str, list[tuple[BatchFeature, placeholders.Expansion]]] = {}
-        for modality, keys in HF_DATA_KEYS.items():
-            present = [k for k in keys if hf_data.get(k) is not None]
-            if not present:
-                continue
-            count = len(hf_data[present[0]])  # type: ignore[arg-type]
-            per_modality[modality] = [
-                self._probe_item(modality, i, {k: [hf_data[k][i]] for k in present}, hf_kwargs)  # type: ignore[index]
-                for i in range(count)
+        for modality in HF_DATA_KEYS:
+            outputs = [
+                self._probe_item(modality, i, item, hf_kwargs)
+                for i, item in enumerate(self.info.probes.iter_items(modality, hf_data))
             ]
+            if outputs:
+                per_modality[modality] = outputs
         merged = _merge_items(per_modality)
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough, merged)
 
     def _probe_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
         try:
-            return self.info.probe(modality, item, hf_kwargs)
+            return self.info.probes.probe(modality, item, hf_kwargs)
         except placeholders.PlaceholderError as exc:
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
+        except ProbeError:
+            raise
         except ValueError as exc:
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
 
@@ -364,7 +264,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 full = item.pop(EXPANSION_KEY.format(modality)).data.tolist()
                 mask = item.pop(IS_EMBED_KEY.format(modality)).data.clone()
                 replacements.append(PromptUpdateDetails(full=full, is_embed=lambda _, m=mask: m))
-            target = self.info.placeholder_ids(modality)
+            target = self.info.probes.placeholder_ids(modality)
             updates.append(PromptReplacement(modality=modality, target=target, replacement=replacements.__getitem__))
         return updates
 
@@ -390,44 +290,3 @@ def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholder
 
 def _is_metadata(values: list[Any]) -> bool:
     return all(isinstance(v, torch.Tensor) and not v.is_floating_point() for v in values if v is not None)
-
-
-def _chat_template_placeholder(processor: Any, modality: str) -> str | None:
-    """The text the chat template emits for one item of `modality`, if it has a template."""
-    if getattr(processor, "chat_template", None) is None:
-        return None
-    marker = "HFBRIDGEMARKER"
-    try:
-        with_item = processor.apply_chat_template(
-            [{"role": "user", "content": [{"type": "text", "text": marker}, {"type": modality}, {"type": "text", "text": marker}]}],
-            tokenize=False,
-        )
-    except Exception:  # a template that cannot render an item has no placeholder for it
-        return None
-    parts = with_item.split(marker)
-    if len(parts) != 3 or not parts[1].strip():
-        return None
-    return parts[1].strip()
-
-
-def _type_ids(out: BatchFeature, info: HFBridgeProcessingInfo):
-    type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
-    if type_ids is None:
-        raise ValueError(errors.no_token_types(info.get_hf_processor()))
-    return type_ids
-
-
-BLANK_SIDE = 112
-BLANK_FRAMES = 4
-
-
-def blank_items(modality: str, count: int, width: int = BLANK_SIDE, height: int = BLANK_SIDE, num_frames: int = BLANK_FRAMES) -> dict[str, list]:
-    """`count` blank items of `modality`, in the layout `_call_one_item` takes."""
-    import numpy as np
-    from PIL import Image
-
-    if modality == "image":
-        return {"images": [Image.new("RGB", (width, height)) for _ in range(count)]}
-    if modality == "video":
-        return {"videos": [np.zeros((num_frames, height, width, 3), dtype=np.uint8) for _ in range(count)]}
-    raise ValueError(f"hf_bridge cannot make a blank {modality} item to probe the processor with")

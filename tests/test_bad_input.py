@@ -3,30 +3,9 @@ default (multiprocess) engine keeps serving good requests afterwards."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-HELPER = Path(__file__).parent / "helpers" / "engine_scenarios.py"
-
-
-def run_scenario(name: str, model_dir, timeout: int = 600) -> dict[str, dict]:
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
-    done = subprocess.run(
-        [sys.executable, str(HELPER), name, str(model_dir)], capture_output=True, text=True, env=env, timeout=timeout
-    )
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            entry = json.loads(line[len("RESULT ") :])
-            results[entry["step"]] = entry
-    assert results, f"scenario {name} produced no result:\n{done.stderr[-3000:]}"
-    return results
-
+from helpers.scenarios import run_scenario
 
 @pytest.fixture(scope="module")
 def bad_input_results(zoo):
@@ -53,11 +32,3 @@ def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_r
     before = bad_input_results["good_before"]["tokens"]
     after = bad_input_results[f"good_after_{step}"]["tokens"]
     assert len(before) == 8 and after == before
-
-
-@pytest.mark.slow
-def test_processor_without_token_types_is_refused_at_engine_start(zoo):
-    result = run_scenario("engine-start", zoo("idefics2"))["start"]
-    assert not result["ok"]
-    assert "Idefics2Processor returns no `mm_token_type_ids`" in result["error"]
-    assert "HF_BRIDGE_DISABLE=1" in result["error"]

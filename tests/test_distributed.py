@@ -7,7 +7,7 @@ import os
 import pytest
 
 from hf_bridge.validate import parity
-from test_bad_input import run_scenario
+from helpers.scenarios import run_scenario
 
 
 @pytest.mark.slow

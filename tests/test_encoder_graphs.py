@@ -125,7 +125,7 @@ def batch_of(model_dir, names: list[str]) -> dict:
     processor = build_processor(model_dir)
     images = [parity.test_image(*IMAGES[n], seed=list(IMAGES).index(n) + 1) for n in names]
     inserts_itself = processor.info.frame("image").inserts_item  # Fuyu: no placeholders in prompts
-    placeholder = "" if inserts_itself else processor.info.placeholder_text("image")
+    placeholder = "" if inserts_itself else processor.info.probes.placeholder_text("image")
     out = processor(placeholder * len(images), processor.info.parse_mm_data({"image": images}), hf_processor_mm_kwargs={})
     ((_, _, batch),) = list(group_and_batch_mm_kwargs([("image", item) for item in out["mm_kwargs"]["image"]], device="cpu"))
     return batch

@@ -30,8 +30,14 @@ def test_entry_point_is_installed():
 
 def test_transformers_backend_names_resolve_to_hf_bridge():
     classes = resolved_classes(HF_BRIDGE_DISABLE="0")
-    for name in ("TransformersMultiModalForCausalLM", "TransformersMultiModalMoEForCausalLM", "HFBridgeForConditionalGeneration"):
+    for name in ("TransformersMultiModalForCausalLM", "HFBridgeForConditionalGeneration"):
         assert classes[name] == "hf_bridge.model.HFBridgeForConditionalGeneration", classes
+    # MoE VLMs keep vLLM's fused-MoE layers: hf_bridge's class composed with MoEMixin
+    assert classes["TransformersMultiModalMoEForCausalLM"] == "hf_bridge.model.HFBridgeMoEForConditionalGeneration"
+    # vLLM's own classes stay reachable for checkpoints hf_bridge cannot place
+    assert classes["HFBridgeInTreeTransformersMultiModalForCausalLM"] == (
+        "vllm.model_executor.models.transformers.TransformersMultiModalForCausalLM"
+    )
 
 
 def test_disable_switch_restores_vllm_in_tree_backend():
@@ -55,6 +61,26 @@ def test_flat_config_with_media_processor_is_served_as_multimodal(zoo, tmp_path)
     assert routed == {str(chameleon): "HFBridgeForConditionalGeneration", str(text_only): "TransformersForCausalLM"}
     in_tree = resolved_classes(chameleon, HF_BRIDGE_DISABLE="1")["checkpoints"]
     assert in_tree == {str(chameleon): "TransformersForCausalLM"}
+
+
+def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo):
+    """Idefics2's processor reports no token types: hf_bridge cannot place any of its
+    items, so vLLM's in-tree class serves it, exactly as without hf_bridge, and the
+    reason is logged. A MoE VLM resolves to hf_bridge's MoE class."""
+    idefics2, llava, moe = zoo("idefics2"), zoo("llava"), zoo("qwen3_vl_moe")
+    done = subprocess.run(
+        [sys.executable, str(HELPERS / "registry_probe.py"), str(idefics2), str(llava), str(moe)],
+        capture_output=True, text=True, env=dict(os.environ, HF_BRIDGE_DISABLE="0"), timeout=300,
+    )
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    routed = json.loads(line[len("RESULT "):])["checkpoints"]
+    assert routed == {
+        str(idefics2): "HFBridgeInTreeTransformersMultiModalForCausalLM",
+        str(llava): "HFBridgeForConditionalGeneration",
+        str(moe): "HFBridgeMoEForConditionalGeneration",
+    }
+    assert "hf_bridge cannot place this checkpoint's multimodal items (image: ProbeError: Idefics2Processor returns no `mm_token_type_ids`" in done.stderr + done.stdout
+    assert "served by vLLM's in-tree Transformers backend (HFBridgeInTreeTransformersMultiModalForCausalLM)" in done.stderr + done.stdout
 
 
 def test_vllm_attention_function_is_vllm_own():

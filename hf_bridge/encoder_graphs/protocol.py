@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from vllm.logger import init_logger
 
-from ..processing import DATA_KEY, NUM_EMBEDS_KEY, blank_items
+from ..processing import DATA_KEY, NUM_EMBEDS_KEY
 from .tiles import Ineligible, ProbedItem, TileLayout, budget_range, tile_layout
 
 logger = init_logger("hf_bridge")
@@ -39,10 +39,10 @@ def probe_tile_layout(info) -> TileLayout | Ineligible:
 
     if MODALITY not in info.supported_mm_limits:
         return Ineligible(f"the model takes no {MODALITY}s")
-    hf_kwargs = info.ctx.get_merged_mm_kwargs({})
+    probe = info.probes
     probes = []
     for width, height in PROBE_SIZES:
-        out, expansion = info.probe(MODALITY, blank_items(MODALITY, 1, width, height), hf_kwargs)
+        out, expansion = probe.probe(MODALITY, probe.blank(MODALITY, 1, width, height), probe.default_kwargs)
         if expansion.encoder_modality != MODALITY:
             return Ineligible(f"its {MODALITY}s are encoded as {expansion.encoder_modality}")
         fields = {

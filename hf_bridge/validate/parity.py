@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..probes import needs_video_metadata, video_metadata
+
 ATOL = 1e-3
 """Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
 
@@ -108,26 +110,6 @@ def prompt_text(processor, case: Case) -> str:
 def hf_inputs(processor, case: Case, **extra):
     """The processor called as a transformers user would; media lists flat, else per sample."""
     return _call(processor, prompt_text(processor, case), case, return_tensors="pt", **extra)
-
-
-VIDEO_FPS = 2.0
-"""The frame rate test videos claim, for processors that sample frames by time."""
-
-
-def needs_video_metadata(processor) -> bool:
-    """Whether the video processor samples frames, and so needs each video's metadata
-    (vLLM then requires videos as `(frames, metadata)` pairs)."""
-    return bool(getattr(getattr(processor, "video_processor", None), "do_sample_frames", False))
-
-
-def video_metadata(num_frames: int) -> dict[str, Any]:
-    return {
-        "fps": VIDEO_FPS,
-        "duration": num_frames / VIDEO_FPS,
-        "total_num_frames": num_frames,
-        "frames_indices": list(range(num_frames)),
-        "video_backend": "opencv",
-    }
 
 
 def _call(processor, text: str, case: Case, **extra):

@@ -201,7 +201,7 @@ def _qwen_vl_processor(processor_cls: str):
 _QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 SPECS: dict[str, ZooSpec] = {}
-VIDEO_ARCHS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "smolvlm"})
+VIDEO_ARCHS = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "llava_onevision", "internvl", "smolvlm"})
 """Zoo models whose HF processor has a video processor."""
 
 
@@ -853,6 +853,39 @@ _register(
         min_image_side=64,
         notes="Deepstack: features from intermediate vision layers are added to the first decoder layers' "
         "hidden states at the image positions.",
+    )
+)
+
+
+# --- Qwen3-VL-MoE: Qwen3-VL with a mixture-of-experts text model (fused 3-D experts) ----
+
+def _qwen3_vl_moe_config(tokenizer):
+    from transformers import Qwen3VLMoeConfig
+
+    dense = _qwen3_vl_config(tokenizer)
+    experts = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, decoder_sparse_step=1)
+    text = dict(dense.text_config.to_dict(), **experts)
+    for key in ("model_type", "architectures", "transformers_version", "dtype"):
+        text.pop(key, None)
+    return Qwen3VLMoeConfig(
+        **_qwen_token_ids(tokenizer),
+        text_config=text,
+        vision_config={k: v for k, v in dense.vision_config.to_dict().items() if k not in ("model_type", "transformers_version", "dtype")},
+        tie_word_embeddings=False,
+    )
+
+
+_register(
+    ZooSpec(
+        name="qwen3_vl_moe",
+        make_config=_qwen3_vl_moe_config,
+        make_processor=_qwen3_vl_processor,
+        special_tokens=_QWEN_TOKENS,
+        tokenizer_attributes={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        add_bos=False,
+        min_image_side=64,
+        notes="Qwen3-VL with 4 experts (top-2) in every decoder layer, stored as fused 3-D tensors; "
+        "vLLM resolves it to TransformersMultiModalMoEForCausalLM.",
     )
 )
 

@@ -9,7 +9,12 @@ from vllm import ModelRegistry
 from vllm.plugins import load_general_plugins
 
 load_general_plugins()
-names = ["TransformersMultiModalForCausalLM", "TransformersMultiModalMoEForCausalLM", "HFBridgeForConditionalGeneration"]
+names = [
+    "TransformersMultiModalForCausalLM",
+    "TransformersMultiModalMoEForCausalLM",
+    "HFBridgeForConditionalGeneration",
+    "HFBridgeInTreeTransformersMultiModalForCausalLM",
+]
 out = {}
 for name in names:
     cls = ModelRegistry._try_load_model_cls(name) if name in ModelRegistry.models else None

@@ -1,0 +1,380 @@
+"""What an HF processor does with one item, learnt by calling it: no vLLM import.
+
+hf_bridge places items by processing each one alone inside a probe made of the
+placeholder text the model's chat template emits (`placeholders.expansion_from_probe`),
+and learns the tokens a processor adds outside the expansions from blank-item probes
+(`frame.py`). `ProcessorProbe` holds that logic once, for every caller:
+
+- vLLM's processing info (`processing.py`), which calls the processor through vLLM's
+  context;
+- the plugin's routing at engine start (`plugin.py`), which decides whether hf_bridge
+  can place a checkpoint's items at all before choosing its model class;
+- `inspect` and the tests.
+
+A processor that cannot be probed for one modality never takes the others down:
+`failures` names each modality hf_bridge cannot place, with the processor's own error,
+and callers switch exactly those modalities off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from . import errors, frame, placeholders
+
+MODALITIES = ("image", "video", "audio")
+HF_DATA_KEYS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
+"""The keyword(s) under which `ProcessorMixin.__call__` takes each modality's data."""
+
+PROBE_SENTINEL = "hello"
+"""Plain text after a probe's placeholder: where the processor's additions end up shows
+which belong after items and which at the end of the prompt (`frame.py`)."""
+
+BLANK_SHAPES = {
+    "image": ((112, 112, 1), (224, 224, 1), (448, 448, 1), (56, 56, 1), (28, 28, 1)),
+    "video": ((112, 112, 4), (112, 112, 8), (224, 224, 16), (56, 56, 2), (112, 112, 1)),
+    "audio": ((1, 1, 1),),
+}
+"""(width, height, frames) of the blank items a modality is probed with, in order of
+preference: the first one the processor accepts is used. A processor may refuse some
+(an image larger than it pads to, fewer frames than it samples); videos are also tried
+with as many frames as the video processor asks for (`frames_asked_for`)."""
+
+MAX_BLANK_FRAMES = 256
+"""Blank videos hold at most this many frames: probes must stay cheap at engine start."""
+
+VIDEO_FPS = 2.0
+"""The frame rate blank and test videos claim, for processors that sample frames by time."""
+
+AUDIO_SECONDS = 1.0
+
+
+Call = Callable[[Mapping[str, object], Mapping[str, object]], Any]
+"""`call(data, hf_kwargs)`: the HF processor called on `data`, returning a `BatchFeature`."""
+
+
+class ProbeError(ValueError):
+    """hf_bridge cannot place items of one modality for this processor."""
+
+
+@dataclass(frozen=True)
+class BlankShape:
+    width: int
+    height: int
+    frames: int = 1
+
+
+def needs_video_metadata(processor: Any) -> bool:
+    """Whether the video processor samples frames, and so needs each video's metadata
+    (vLLM then requires videos as `(frames, metadata)` pairs)."""
+    return bool(getattr(getattr(processor, "video_processor", None), "do_sample_frames", False))
+
+
+def video_metadata(num_frames: int) -> dict[str, Any]:
+    return {
+        "fps": VIDEO_FPS,
+        "duration": num_frames / VIDEO_FPS,
+        "total_num_frames": num_frames,
+        "frames_indices": list(range(num_frames)),
+        "video_backend": "opencv",
+    }
+
+
+def processor_modalities(processor: Any) -> list[str]:
+    """The modalities the processor has a sub-processor for (as vLLM's in-tree backend reads them)."""
+    found = []
+    if getattr(processor, "audio_processor", None) is not None or getattr(processor, "feature_extractor", None) is not None:
+        found.append("audio")
+    if hasattr(processor, "image_processor"):
+        found.append("image")
+    if hasattr(processor, "video_processor"):
+        found.append("video")
+    return found
+
+
+def frames_asked_for(processor: Any) -> int | None:
+    """The frame count the video processor samples to or requires at least, if it says."""
+    video_processor = getattr(processor, "video_processor", None)
+    asked = [getattr(video_processor, name, None) for name in ("num_frames", "min_frames")]
+    asked = [n for n in asked if isinstance(n, int) and n > 0]
+    return max(asked) if asked else None
+
+
+def blank_shapes(processor: Any, modality: str) -> list[BlankShape]:
+    """The blank shapes `modality` is probed with, in order (see `BLANK_SHAPES`)."""
+    shapes = [BlankShape(*shape) for shape in BLANK_SHAPES[modality]]
+    if modality == "video" and (frames := frames_asked_for(processor)) and frames <= MAX_BLANK_FRAMES:
+        shapes.append(BlankShape(112, 112, frames))
+    return shapes
+
+
+def blank_items(processor: Any, modality: str, count: int, shape: BlankShape) -> dict[str, list]:
+    """`count` blank items of `modality`, keyed as `ProcessorMixin.__call__` takes them."""
+    import numpy as np
+    from PIL import Image
+
+    if modality == "image":
+        return {"images": [Image.new("RGB", (shape.width, shape.height)) for _ in range(count)]}
+    if modality == "video":
+        videos = [np.zeros((shape.frames, shape.height, shape.width, 3), dtype=np.uint8) for _ in range(count)]
+        items: dict[str, list] = {"videos": videos}
+        if needs_video_metadata(processor):
+            items["video_metadata"] = [video_metadata(shape.frames) for _ in range(count)]
+        return items
+    if modality == "audio":
+        extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
+        rate = int(getattr(extractor, "sampling_rate", 16000))
+        return {"audio": [np.zeros(int(rate * AUDIO_SECONDS), dtype=np.float32) for _ in range(count)]}
+    raise ValueError(f"hf_bridge cannot make a blank {modality} item to probe the processor with")
+
+
+def token_type_ids(out: Any, processor: Any):
+    """The processor's multimodal token types (Gemma3 calls them `token_type_ids`)."""
+    type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
+    if type_ids is None:
+        raise ProbeError(errors.no_token_types(processor))
+    return type_ids
+
+
+def chat_template_placeholder(processor: Any, modality: str) -> str | None:
+    """The text the chat template emits for one item of `modality`, if it has a template."""
+    if getattr(processor, "chat_template", None) is None:
+        return None
+    marker = "HFBRIDGEMARKER"
+    message = [{"type": "text", "text": marker}, {"type": modality}, {"type": "text", "text": marker}]
+    try:
+        rendered = processor.apply_chat_template([{"role": "user", "content": message}], tokenize=False)
+    except Exception:  # a template that cannot render an item has no placeholder for it
+        return None
+    parts = rendered.split(marker)
+    if len(parts) != 3 or not parts[1].strip():
+        return None
+    return parts[1].strip()
+
+
+class ProcessorProbe:
+    """Learns, by calling an HF processor, where its items go in a prompt.
+
+    `call(data, hf_kwargs)` runs the processor (vLLM's context does it for the engine);
+    `default_kwargs` are the processor kwargs frames are learnt with.
+    """
+
+    def __init__(self, processor: Any, tokenizer: Any, config: Any, call: Call, default_kwargs: Mapping[str, object] = {}):
+        self.processor = processor
+        self.tokenizer = tokenizer
+        self.config = config
+        self.call = call
+        self.default_kwargs = dict(default_kwargs)
+        self._placeholder_ids: dict[str, list[int]] = {}
+        self._frames: dict[str, frame.PromptFrame] = {}
+        self._blank_shapes: dict[str, BlankShape] = {}
+
+    # -- placeholders -------------------------------------------------------------------
+
+    @cached_property
+    def placeholder_texts(self) -> dict[str, str]:
+        """What a prompt holds for one item of each modality: what the chat template
+        emits for it, else the processor's `<modality>_token`."""
+        out = {}
+        for modality in MODALITIES:
+            text = chat_template_placeholder(self.processor, modality)
+            if text is None:
+                text = getattr(self.processor, f"{modality}_token", None)
+            if text is not None:
+                out[modality] = text
+        return out
+
+    def placeholder_text(self, modality: str) -> str:
+        if modality not in self.placeholder_texts:
+            raise ProbeError(
+                f"{type(self.processor).__name__} has no placeholder for {modality} "
+                f"(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
+                f"tell where a {modality} goes in the prompt"
+            )
+        return self.placeholder_texts[modality]
+
+    def placeholder_ids(self, modality: str) -> list[int]:
+        """`placeholder_text` as token ids (encoded once; every request looks for them)."""
+        if modality not in self._placeholder_ids:
+            text = self.placeholder_text(modality)
+            self._placeholder_ids[modality] = self.tokenizer.encode(text, add_special_tokens=False)
+        return self._placeholder_ids[modality]
+
+    def embed_token_candidates(self, modality: str) -> list[int]:
+        """Tokens the checkpoint names as holding embeddings, most authoritative first.
+
+        The model config comes first: it is what the HF forward scatters features by
+        (`get_placeholder_mask`). Processors' own `image_token_id` can name a marker
+        instead (Gemma3's is its begin-of-image token). The other modalities' tokens
+        follow, for processors that expand one modality into another's tokens.
+        """
+        order = [modality, *(m for m in MODALITIES if m != modality)]
+        candidates: list[int] = []
+        for m in order:
+            for source, name in (
+                (self.config, f"{m}_token_id"),
+                (self.config, f"{m}_token_index"),
+                (self.processor, f"{m}_token_id"),
+            ):
+                value = getattr(source, name, None)
+                if isinstance(value, int) and value not in candidates:
+                    candidates.append(value)
+        return candidates
+
+    # -- one item -----------------------------------------------------------------------
+
+    def probe(self, modality: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]):
+        """Process one item alone; return the processor's output and its expansion."""
+        prompt_frame = self.frame(modality)
+        text = "" if prompt_frame.inserts_item else self.placeholder_text(modality)
+        probe_ids = self.tokenizer.encode(text)
+        span = self._placeholder_span(modality, probe_ids, prompt_frame)
+        out = self.call_one_item(text, item, hf_kwargs)
+        ids = out["input_ids"][0].tolist()
+        types = token_type_ids(out, self.processor)[0].tolist()
+        ids, types = frame.strip_frame(prompt_frame, ids, types)
+        expansion = placeholders.expansion_from_probe(
+            modality, probe_ids, span, ids, types, self.embed_token_candidates(modality)
+        )
+        return out, expansion
+
+    def _placeholder_span(self, modality: str, probe_ids: list[int], prompt_frame: frame.PromptFrame) -> tuple[int, int]:
+        if prompt_frame.inserts_item:  # the processor puts the item before everything
+            return (0, 0)
+        target = self.placeholder_ids(modality)
+        start = placeholders.find_sublist(probe_ids, target)
+        if start is None:
+            raise ProbeError(f"{self.placeholder_text(modality)!r} does not tokenize to the same ids inside and outside a prompt")
+        return (start, start + len(target))
+
+    def call_one_item(self, text: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]):
+        """Call the processor on one item, flat (`videos=[v]`) or per sample (`[[v]]`).
+
+        Processors disagree on the layout of media lists (SmolVLM counts a flat
+        video's frames as videos); the per-sample layout is what every processor
+        accepts for a batch of one, so it is tried when the flat one is refused.
+        """
+        data = {"text": text, **item, "return_mm_token_type_ids": True}
+        try:
+            return self.call(data, hf_kwargs)
+        except ValueError as flat_error:
+            nested = {"text": [text], **{k: [v] for k, v in item.items()}, "return_mm_token_type_ids": True}
+            try:
+                return self.call(nested, hf_kwargs)
+            except ValueError:
+                raise flat_error  # noqa: B904 - its cause is the processor's own error
+
+    def blank(self, modality: str, count: int = 1, width: int | None = None, height: int | None = None, frames: int | None = None):
+        """`count` blank items of the shape this processor accepts (see `BLANK_SHAPES`),
+        with any of its sides replaced."""
+        shape = self.blank_shape(modality)
+        shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
+        return blank_items(self.processor, modality, count, shape)
+
+    def blank_shape(self, modality: str) -> BlankShape:
+        if modality not in self._blank_shapes:
+            self.frame(modality)
+        return self._blank_shapes[modality]
+
+    # -- the prompt frame ---------------------------------------------------------------
+
+    def frame(self, modality: str) -> frame.PromptFrame:
+        """What the processor adds to prompts with `modality` items, outside their expansions."""
+        if modality not in self._frames:
+            self._frames[modality] = self._learn_frame(modality)
+        return self._frames[modality]
+
+    def _learn_frame(self, modality: str) -> frame.PromptFrame:
+        """Probe with blank items, placeholder then sentinel text (see `frame.py`).
+
+        Blank shapes are tried in turn until the processor accepts one; its error for
+        the first is reported when it accepts none.
+        """
+        first_error: Exception | None = None
+        shapes = blank_shapes(self.processor, modality)
+        for shape in shapes:
+            try:
+                learnt = self._learn_frame_with(modality, shape)
+            except (ProbeError, placeholders.PlaceholderError):
+                raise  # the processor ran: its output is what cannot be read
+            except Exception as exc:  # noqa: BLE001 - the processor refused this blank item
+                first_error = first_error or exc
+                continue
+            self._blank_shapes[modality] = shape
+            return learnt
+        cause = _root_cause(first_error) if first_error else ValueError("no blank item")
+        raise ProbeError(
+            f"{type(self.processor).__name__} refused every blank {modality} hf_bridge probes it with "
+            f"({', '.join(f'{s.width}x{s.height}' + (f'x{s.frames} frames' if modality == 'video' else '') for s in shapes)}); "
+            f"for the first: {type(cause).__name__}: {_first_line(cause)}"
+        )
+
+    def _learn_frame_with(self, modality: str, shape: BlankShape) -> frame.PromptFrame:
+        sentinel_text = PROBE_SENTINEL
+        sentinel = self.tokenizer.encode(sentinel_text, add_special_tokens=False)
+        hf_kwargs = self.default_kwargs
+        placeholder = self.placeholder_text(modality)
+        one_blank = blank_items(self.processor, modality, 1, shape)
+        placeholder_probe = self.tokenizer.encode(placeholder)
+        text_before = placeholder_probe[: placeholders.find_sublist(placeholder_probe, self.placeholder_ids(modality)) or 0]
+        try:
+            one = self.call_one_item(placeholder + sentinel_text, one_blank, hf_kwargs)
+            inserts = False
+        except Exception as explicit_error:  # noqa: BLE001 - any refusal means: try without a placeholder
+            try:
+                one = self.call_one_item(sentinel_text, one_blank, hf_kwargs)
+            except Exception:  # noqa: BLE001 - neither layout: the item itself is refused
+                raise explicit_error  # noqa: B904 - keeps the processor's own error as its cause
+            if not any(token_type_ids(one, self.processor)[0].tolist()):  # it did not insert the item either
+                raise explicit_error
+            inserts = True
+        two = None
+        if not inserts:
+            try:
+                two_blank = blank_items(self.processor, modality, 2, shape)
+                two = self.call_one_item((placeholder + sentinel_text) * 2, two_blank, hf_kwargs)["input_ids"][0].tolist()
+            except Exception:  # noqa: BLE001 - a processor may take one item per prompt (Fuyu)
+                two = None
+        return frame.frame_from_probes(
+            one["input_ids"][0].tolist(), token_type_ids(one, self.processor)[0].tolist(), two, sentinel, text_before, inserts
+        )
+
+    # -- what can be placed -------------------------------------------------------------
+
+    @cached_property
+    def failures(self) -> dict[str, str]:
+        """Modality -> why hf_bridge cannot place its items, for each modality the
+        processor has a sub-processor for and hf_bridge cannot probe. Empty: all placeable."""
+        out = {}
+        for modality in processor_modalities(self.processor):
+            try:
+                self.probe(modality, self.blank(modality), self.default_kwargs)
+            except Exception as exc:  # noqa: BLE001 - any failure switches the modality off
+                out[modality] = f"{type(exc).__name__}: {_first_line(exc)}"
+        return out
+
+    def placeable(self) -> list[str]:
+        return [m for m in processor_modalities(self.processor) if m not in self.failures]
+
+    def iter_items(self, modality: str, hf_data: Mapping[str, Any]) -> Iterator[dict[str, list]]:
+        """Each item of `modality` in `hf_data` (the processor's keyword layout), alone."""
+        present = [k for k in HF_DATA_KEYS[modality] if hf_data.get(k) is not None]
+        if not present:
+            return
+        for i in range(len(hf_data[present[0]])):
+            yield {k: [hf_data[k][i]] for k in present}
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The processor's own error under the wrappers (vLLM's "Failed to apply ...")."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

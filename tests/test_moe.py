@@ -1,0 +1,55 @@
+"""MoE VLMs keep vLLM's fused-MoE path: hf_bridge's class composed with `MoEMixin`.
+
+Parity on text, images and video is in `test_parity` (zoo `qwen3_vl_moe`); this checks
+that the experts it runs are vLLM's fused-MoE layers, and the tying rule that made a
+default-built Qwen3-VL-MoE diverge from the first generated token.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.engine
+def test_experts_run_on_vllm_fused_moe_layer(zoo, engines):
+    from transformers import AutoConfig
+    from vllm.model_executor.layers.fused_moe import MoERunner, RoutedExperts
+
+    model_dir = zoo("qwen3_vl_moe")
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1})
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    assert type(model).__name__ == "HFBridgeMoEForConditionalGeneration"
+    text_config = AutoConfig.from_pretrained(model_dir).text_config
+    experts = {name: m for name, m in model.named_modules() if name.endswith("mlp.experts")}
+    assert len(experts) == text_config.num_hidden_layers, experts
+    assert all(isinstance(m, MoERunner) for m in experts.values()), experts
+    assert all(isinstance(m.routed_experts, RoutedExperts) for m in experts.values())
+    # the router too runs inside vLLM's runner (internal routing), not in the HF block
+    assert all(type(m.gate).__name__ == "GateLinear" for m in experts.values())
+    assert model.num_moe_layers == text_config.num_hidden_layers
+    assert model.num_logical_experts == text_config.num_experts
+
+
+def test_lm_head_is_tied_exactly_when_transformers_ties_it(zoo):
+    """Qwen3-VL-MoE's defaults give `tie_word_embeddings` False at the top and True in the
+    text config; transformers reads the top one (the HF class's own config). The HF model
+    is built in a clean interpreter: vLLM has decorated HF classes in this one."""
+    import subprocess
+    import sys
+
+    from transformers import AutoConfig
+
+    from hf_bridge.model import HFBridgeForConditionalGeneration
+
+    model_dir = zoo("qwen3_vl_moe")
+    config = AutoConfig.from_pretrained(model_dir)
+    assert config.tie_word_embeddings is False and config.text_config.tie_word_embeddings is True
+    code = (
+        "import sys; from transformers import AutoModelForImageTextToText as M; "
+        "m = M.from_pretrained(sys.argv[1]); "
+        "print(m.lm_head.weight.data_ptr() == m.get_input_embeddings().weight.data_ptr())"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(model_dir)], capture_output=True, text=True, timeout=300)
+    hf_ties = done.stdout.strip().splitlines()[-1] == "True"
+    holder = type("ConfigOnly", (), {"config": config})()
+    assert HFBridgeForConditionalGeneration._get_tie_word_embeddings(holder) is hf_ties is False

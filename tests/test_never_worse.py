@@ -1,0 +1,72 @@
+"""Installing hf_bridge never takes a model, or one of its inputs, away.
+
+- A modality hf_bridge cannot probe is switched off with one warning naming it and the
+  processor's error; text and the other modalities keep serving at parity, and a
+  request that uses it gets a clear error.
+- A checkpoint whose items hf_bridge cannot place at all goes to vLLM's in-tree
+  backend at engine start, and fares exactly as it does without hf_bridge.
+
+The failures come from real processors set up to fail, not from mocks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+
+from hf_bridge.validate import parity
+from hf_bridge.validate.reference import references
+from helpers.scenarios import run_scenario
+
+
+def variant_checkpoint(source, destination, **sections):
+    """A copy of a zoo checkpoint whose `processor_config.json` sections are updated."""
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("hf_bridge_reference.json"))
+    path = destination / "processor_config.json"
+    config = json.loads(path.read_text())
+    for section, values in sections.items():
+        config[section].update(values)
+    path.write_text(json.dumps(config))
+    return destination
+
+
+@pytest.mark.engine
+def test_failing_video_probe_switches_video_off_and_keeps_serving(zoo, engines, tmp_path, caplog):
+    """The video processor samples 1,000 frames, more than any blank video holds, so every
+    video probe raises inside the HF processor. Text and images keep their parity."""
+    from transformers import AutoProcessor
+
+    model_dir = variant_checkpoint(
+        zoo("qwen2_vl"), tmp_path / "qwen2_vl-video-fails", video_processor={"do_sample_frames": True, "num_frames": 1000}
+    )
+    processor = AutoProcessor.from_pretrained(model_dir)
+    with caplog.at_level(logging.WARNING):
+        llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
+    warnings = [r.getMessage() for r in caplog.records if "switched video input off" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "Qwen2VLProcessor could not be probed with a blank video" in warnings[0]
+    assert "The inferred `num_frames=1000` exceeds" in warnings[0]
+
+    cases = parity.standard_cases(64)
+    for name in ("text_only", "one_image", "two_images"):
+        (reference,) = references(model_dir, [cases[name]])
+        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+
+    with pytest.raises(ValueError, match=r"hf_bridge switched video input off for this model: Qwen2VLProcessor"):
+        parity.vllm_result(llm, processor, cases["video"])
+    engines.close()  # an in-process engine that raised is rebuilt before it serves again
+
+
+@pytest.mark.slow
+def test_unplaceable_checkpoint_fares_exactly_as_without_hf_bridge(zoo):
+    """Idefics2's processor reports no token types. With hf_bridge installed it is routed
+    to vLLM's in-tree class, so engine start ends exactly as with HF_BRIDGE_DISABLE=1
+    (that backend's own error), after hf_bridge has logged why it stepped aside."""
+    model_dir = zoo("idefics2")
+    with_bridge = run_scenario("engine-start", model_dir)
+    without = run_scenario("engine-start", model_dir, HF_BRIDGE_DISABLE="1")
+    assert with_bridge["start"] == without["start"]
+    assert "hf_bridge cannot place this checkpoint's multimodal items (image: ProbeError: Idefics2Processor returns no `mm_token_type_ids`" in with_bridge["log"]

@@ -1,0 +1,139 @@
+"""Probes that hold for any input: `hf_bridge.probes` against real HF processors.
+
+For every image size and processor setting drawn, the prompt hf_bridge lays out (its
+learnt frame, then each placeholder replaced by the item's probed expansion, as vLLM
+does) must equal the token ids the HF processor returns for the whole prompt. No vLLM
+here: the probe calls the processor directly.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hf_bridge import frame
+from hf_bridge.probes import ProcessorProbe
+from hf_bridge.validate import parity
+
+PROBE_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def make_probe(processor, config=None) -> ProcessorProbe:
+    return ProcessorProbe(processor, processor.tokenizer, config, call=lambda data, kw: processor(**data, **kw, return_tensors="pt"))
+
+
+def laid_out(probe: ProcessorProbe, text: str, images: list) -> list[int]:
+    """The prompt ids hf_bridge gives vLLM for `text` with `images`, after expansion."""
+    learnt = probe.frame("image")
+    placeholder = probe.placeholder_ids("image")
+    ids = probe.tokenizer.encode(text)
+    ids = frame.apply_frame(ids, [(learnt, placeholder, len(images))])
+    out: list[int] = []
+    items = iter(images)
+    i = 0
+    while i < len(ids):
+        if ids[i : i + len(placeholder)] == placeholder:
+            _, expansion = probe.probe("image", {"images": [next(items)]}, {})
+            out += expansion.token_ids
+            i += len(placeholder)
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+sides = st.integers(min_value=8, max_value=400)
+patch_multiples = st.integers(min_value=1, max_value=12)
+
+
+@pytest.fixture(scope="module")
+def fuyu_tokenizer(zoo):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(zoo("fuyu")).tokenizer
+
+
+@PROBE_SETTINGS
+@given(rows=patch_multiples, cols=patch_multiples, width=sides, height=sides, do_normalize=st.booleans())
+def test_fuyu_self_inserting_probe_holds_for_any_size_and_setting(fuyu_tokenizer, rows, cols, width, height, do_normalize):
+    """Fuyu inserts the image itself and pads it to its `size`; whatever that size and
+    the image's, hf_bridge's layout equals the processor's own."""
+    from transformers import FuyuImageProcessor, FuyuProcessor
+
+    image_processor = FuyuImageProcessor(
+        size={"height": 14 * rows, "width": 14 * cols}, patch_size={"height": 14, "width": 14}, do_normalize=do_normalize
+    )
+    processor = FuyuProcessor(image_processor=image_processor, tokenizer=fuyu_tokenizer)
+    image = parity.test_image(width, height, seed=1)
+    text = "Describe what you see."
+    probe = make_probe(processor)
+    assert probe.frame("image").inserts_item
+    try:
+        expected = processor(text=text, images=[image], return_tensors="pt")["input_ids"][0].tolist()
+    except ValueError:  # transformers refuses this image (resized to nothing): so does hf_bridge
+        with pytest.raises(ValueError):
+            laid_out(probe, text, [image])
+        return
+    assert laid_out(probe, text, [image]) == expected
+
+
+@pytest.fixture(scope="module")
+def internvl_parts(zoo):
+    from transformers import AutoConfig, AutoProcessor
+
+    model_dir = zoo("internvl")
+    return AutoProcessor.from_pretrained(model_dir), AutoConfig.from_pretrained(model_dir)
+
+
+@PROBE_SETTINGS
+@given(
+    max_patches=st.integers(min_value=1, max_value=6),
+    sizes=st.lists(st.tuples(sides, sides), min_size=1, max_size=3),
+)
+def test_tiling_probe_holds_for_any_sizes_and_tile_limit(internvl_parts, max_patches, sizes):
+    """InternVL tiles each image by its aspect ratio, up to `max_patches`: several images of
+    any sizes, side by side, lay out as the processor lays out the whole prompt."""
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor
+
+    base, config = internvl_parts
+    side = base.image_processor.size["height"]
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": side, "width": side}, crop_to_patches=True, min_patches=1, max_patches=max_patches
+        ),
+        video_processor=base.video_processor,
+        tokenizer=base.tokenizer,
+        image_seq_length=base.image_seq_length,
+        chat_template=base.chat_template,
+    )
+    images = [parity.test_image(w, h, seed=i + 1) for i, (w, h) in enumerate(sizes)]
+    text = "".join("<IMG_CONTEXT>" for _ in images) + "Compare them."
+    expected = processor(text=text, images=images, return_tensors="pt")["input_ids"][0].tolist()
+    assert laid_out(make_probe(processor, config), text, images) == expected
+
+
+def test_video_blank_follows_the_frames_the_processor_asks_for(zoo):
+    """A video processor that samples 64 frames refuses the default blank videos; the
+    probe then offers as many frames as it asks for."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(zoo("qwen2_vl"))
+    processor.video_processor.do_sample_frames = True
+    processor.video_processor.num_frames = 64
+    probe = make_probe(processor)
+    assert probe.failures == {}
+    assert probe.blank_shape("video").frames == 64
+
+
+def test_probe_failure_names_the_modality_and_the_processor_error(zoo):
+    """Asking for more frames than a blank video may hold: video cannot be probed, image can."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(zoo("qwen2_vl"))
+    processor.video_processor.do_sample_frames = True
+    processor.video_processor.num_frames = 1000
+    probe = make_probe(processor)
+    assert probe.placeable() == ["image"]
+    assert probe.failures["video"].startswith("ProbeError: Qwen2VLProcessor refused every blank video hf_bridge probes it with")
+    assert "Video can't be sampled. The inferred `num_frames=1000` exceeds `total_num_frames=4`" in probe.failures["video"]
