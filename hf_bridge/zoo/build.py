@@ -14,8 +14,9 @@ from .specs import SPECS, ZooSpec
 from .tokenizer import build_tokenizer
 
 ZOO_VERSION = "1"
+"""Bump to rebuild every cached checkpoint (recipe changes rebuild theirs by digest)."""
 STAMP = "hf_bridge_zoo.json"
-"""Bump when a recipe changes, so cached checkpoints are rebuilt."""
+"""The file, written last, that marks a finished build and holds its recipe key."""
 
 
 def default_cache_dir() -> Path:
@@ -38,7 +39,9 @@ def _init_weights(model, std: float, seed: int, centred_norm_biases: bool = Fals
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             if param.ndim >= 2:
-                fan_in = param.shape[-1] if param.ndim == 2 else param[0].numel()
+                # fused expert tensors are (experts, out, in); convolutions (out, in, *kernel)
+                per_output = param.ndim == 2 or ".experts." in f".{name}."
+                fan_in = param.shape[-1] if per_output else param[0].numel()
                 scale = std * max(fan_in, 1) ** -0.5 * 8
                 param.copy_(torch.randn(param.shape, generator=gen) * scale)
             elif ("norm" in name or "ln" in name.split(".")[-2:][0]) and not (centred_norm_biases and name.endswith("bias")):
@@ -129,8 +132,9 @@ def _recipe_digest(spec: ZooSpec) -> str:
     build steps (other models' recipes do not count)."""
     import inspect
 
-    from . import build as this_module
     from . import tokenizer
+
+    this_module = sys.modules[__name__]  # `zoo.build` is the function: the package re-exports it
 
     fields = {k: v for k, v in vars(spec).items() if not callable(v)}
     parts = [repr(sorted(fields.items())), inspect.getsource(tokenizer), inspect.getsource(this_module)]

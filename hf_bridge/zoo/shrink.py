@@ -1,0 +1,232 @@
+"""One generic shrinker: a tiny checkpoint of any HF VLM type from transformers' own classes.
+
+The hand-written recipes in `specs.py` cover the divergence classes the test suite
+pins down; the sweep (`scripts/sweep.py`) needs every decoder-only model type whose
+processor returns `mm_token_type_ids`, and a recipe per type does not scale. This
+module builds one from the type's default config and processor classes alone:
+
+- the tokenizer is the zoo's tiny BPE, given every special token the processor's
+  module names (`tokenizer.<name>_token` attributes, `"<|...|>"`-style literals);
+- every sub-config is shrunk through the field names transformers' configs share
+  (`hidden_size`, `num_hidden_layers`, ...), keeping what ties a tower to its
+  processor (image and patch sizes);
+- the config's `<name>_token_id` / `<name>_token_index` fields point at the
+  processor's tokens.
+
+Types that need more get a `RECIPE_OVERRIDES` entry here, never code elsewhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from .specs import ZooSpec
+
+TEXT_SIZES = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+    head_dim=32, max_position_embeddings=4096, max_window_layers=2,
+    num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+    n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=16,
+    qk_nope_head_dim=16, v_head_dim=32,
+)
+"""Text-model geometry: 64 wide, 2 layers, head_dim 32 (a size vLLM's CPU attention has)."""
+VISION_SIZES = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+    depth=2, embed_dim=32, num_heads=2, head_dim=16, width=32, layers=2, heads=2,
+)
+"""Vision-tower geometry; image and patch sizes are kept (the processor depends on them)."""
+TOKEN_LITERAL = re.compile(r"""["'](<\|?[A-Za-z_][\w ]*\|?>|\[[A-Z_]{2,}\])["']""")
+TOKEN_ATTRIBUTE = re.compile(r"tokenizer\.([a-z_]*token)\b")
+TOKEN_ATTRIBUTE_DEFAULT = re.compile(r"""getattr\(tokenizer,\s*["']([a-z_]*token)["'],\s*["']([^"']+)["']\)""")
+
+
+def processor_class(model_type: str):
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    return getattr(transformers, name) if isinstance(name, str) else None
+
+
+def generation_class(model_type: str):
+    """The class a transformers user generates with for `model_type`, or None."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping in ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES"):
+        name = getattr(modeling_auto, mapping, {}).get(model_type)
+        if isinstance(name, str) and hasattr(transformers, name):
+            return getattr(transformers, name)
+    return None
+
+
+def tokens_named_by(processor_cls) -> tuple[list[str], dict[str, str]]:
+    """(special tokens, tokenizer attributes) the processor's module asks the tokenizer for."""
+    source = inspect.getsource(inspect.getmodule(processor_cls))
+    attributes = {name: f"<|{name}|>" for name in TOKEN_ATTRIBUTE.findall(source) if name not in ("pad_token", "bos_token", "eos_token", "unk_token")}
+    attributes.update({name: default for name, default in TOKEN_ATTRIBUTE_DEFAULT.findall(source)})
+    literals = [t for t in TOKEN_LITERAL.findall(source) if "{" not in t]
+    return list(dict.fromkeys([*attributes.values(), *literals])), attributes
+
+
+MROPE_SECTIONS = (4, 6, 6)
+"""M-RoPE's temporal/height/width split of head_dim 32's 16 rotary frequencies."""
+
+
+def _reads_mrope_sections(model_type: str) -> bool:
+    source = inspect.getsource(inspect.getmodule(generation_class(model_type)))
+    return "mrope_section" in source
+
+
+def align_towers(config: Any, processor: Any) -> None:
+    """Make each tower's image and patch size the processor's, where the defaults disagree."""
+    image_processor = getattr(processor, "image_processor", None)
+    size = getattr(image_processor, "size", None)
+    height = getattr(size, "height", None) if size is not None and not isinstance(size, dict) else (size or {}).get("height")
+    patch = getattr(image_processor, "patch_size", None)
+    patch = patch if isinstance(patch, int) else None
+    for sub in sub_configs(config).values():
+        if isinstance(getattr(sub, "image_size", None), int) and isinstance(height, int):
+            sub.image_size = height
+        if isinstance(getattr(sub, "patch_size", None), int) and patch:
+            sub.patch_size = patch
+
+
+def shrink(config: Any, sizes: dict) -> None:
+    """Set each field of `sizes` that `config` has (lists indexed by layer are cut to fit)."""
+    for field, value in sizes.items():
+        if hasattr(config, field) and not isinstance(getattr(config, field), (dict, list)) or field in ("head_dim",) and hasattr(config, field):
+            setattr(config, field, value)
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(getattr(config, "layer_types", None), list) and layers:
+        config.layer_types = (config.layer_types * layers)[:layers]
+
+
+def sub_configs(config: Any) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in getattr(config, "sub_configs", {}) if getattr(config, name, None) is not None}
+
+
+def make_config(model_type: str):
+    def make(tokenizer):
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model(model_type)
+        text = config.get_text_config()
+        for name, sub in sub_configs(config).items():
+            if sub is not text:
+                shrink(sub, VISION_SIZES)
+        shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
+        for sub in sub_configs(config).values():
+            for field in ("out_hidden_size", "projection_dim", "text_hidden_size"):
+                if hasattr(sub, field):
+                    setattr(sub, field, text.hidden_size)
+        if _reads_mrope_sections(model_type) and isinstance(getattr(text, "rope_parameters", None), dict):
+            text.rope_parameters["mrope_section"] = list(MROPE_SECTIONS)
+        config.tie_word_embeddings = False
+        processor = make_processor(model_type)(tokenizer)
+        align_towers(config, processor)
+        point_token_fields(config, processor, tokenizer)
+        return config
+
+    return make
+
+
+def make_processor(model_type: str):
+    def make(tokenizer):
+        import transformers
+
+        cls = processor_class(model_type)
+        parts = {}
+        for name in cls.get_attributes():
+            if name == "tokenizer":
+                parts[name] = tokenizer
+                continue
+            sub_cls = _sub_processor_class(model_type, name)
+            parts[name] = sub_cls()
+        return cls(**parts)
+
+    return make
+
+
+def _sub_processor_class(model_type: str, attribute: str):
+    import transformers
+    from transformers.models.auto import feature_extraction_auto, image_processing_auto, video_processing_auto
+
+    mappings = {
+        "image_processor": image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES,
+        "video_processor": video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES,
+        "feature_extractor": feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
+    }
+    names = mappings[attribute].get(model_type)
+    if isinstance(names, (tuple, list)):
+        names = next((n for n in names if n), None)
+    if isinstance(names, dict):
+        names = next(iter(names.values()), None)
+    return getattr(transformers, names)
+
+
+def point_token_fields(config: Any, processor: Any, tokenizer: Any) -> None:
+    """Set the config's `<name>_token_id`/`_token_index` fields to the processor's tokens."""
+    for cfg in [config, *sub_configs(config).values()]:
+        for field in list(vars(cfg)):
+            match = re.fullmatch(r"(\w+?)_token_(id|index)", field)
+            if not match:
+                continue
+            base = match.group(1)
+            token_id = getattr(processor, f"{base}_token_id", None)
+            token = getattr(processor, f"{base}_token", None) or getattr(tokenizer, f"{base}_token", None)
+            if not isinstance(token_id, int) and isinstance(token, str):
+                token_id = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+                setattr(cfg, field, token_id)
+
+
+def generic_spec(model_type: str) -> ZooSpec:
+    cls = processor_class(model_type)
+    special, attributes = tokens_named_by(cls)
+    return ZooSpec(
+        name=f"sweep-{model_type}",
+        make_config=make_config(model_type),
+        make_processor=make_processor(model_type),
+        special_tokens=special,
+        tokenizer_attributes=attributes,
+        servable=False,
+        notes=f"Generic shrink of {model_type}'s default config and processor (scripts/sweep.py).",
+    )
+
+
+def build_sweep_model(model_type: str, directory, seed: int = 0):
+    """Build the generic tiny checkpoint of `model_type` into `directory` (this interpreter)."""
+    import json
+    import shutil
+
+    import torch
+
+    from .build import STAMP, _init_weights, _set_special_token_ids
+    from .specs import chat_template
+    from .tokenizer import build_tokenizer
+
+    spec = generic_spec(model_type)
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    tokenizer = build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
+    processor = spec.make_processor(tokenizer)
+    if getattr(processor, "chat_template", None) is None:
+        image = getattr(processor, "image_token", "") or ""
+        video = getattr(processor, "video_token", "") or ""
+        processor.chat_template = "{{ bos_token }}" + chat_template(image=image, video=video)
+    config = spec.make_config(tokenizer)
+    _set_special_token_ids(config, tokenizer)
+    torch.manual_seed(seed)
+    model = generation_class(model_type)._from_config(config, dtype=torch.float32)
+    _init_weights(model, spec.init_std, seed, spec.centred_norm_biases)
+    model.generation_config.do_sample = False
+    for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(model.generation_config, field, getattr(tokenizer, field))
+    model.save_pretrained(directory)
+    processor.save_pretrained(directory)
+    (directory / STAMP).write_text(json.dumps({"sweep": model_type, "seed": seed}))
+    return directory

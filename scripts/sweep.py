@@ -1,0 +1,211 @@
+"""The sweep: every decoder-only VLM type transformers ships whose processor returns
+`mm_token_type_ids`, built tiny and checked for parity through hf_bridge, vLLM's
+in-tree Transformers backend (`HF_BRIDGE_DISABLE=1`) and vLLM's native model.
+
+    .venv/bin/python scripts/sweep.py                      # all types -> COVERAGE.md (about an hour)
+    .venv/bin/python scripts/sweep.py --types glm4v,emu3   # some types, table printed
+    .venv/bin/python scripts/sweep.py --render sweep.jsonl # table from earlier results
+
+A type with a hand-written zoo recipe (`hf_bridge/zoo/specs.py`) is built from it; any
+other from its default config and processor (`hf_bridge/zoo/shrink.py`). Every engine
+runs in its own process; each cell records what happened, with its cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ["one_image", "two_images", "text_only", "video"]
+IMPLS = {"hf_bridge": {}, "in-tree": {"HF_BRIDGE_DISABLE": "1"}, "native": {}}
+WORKER_TIMEOUT = 900
+
+
+def candidate_types() -> list[str]:
+    """Model types with a generation class whose processor module types multimodal tokens."""
+    import inspect
+
+    from hf_bridge.zoo.shrink import generation_class, processor_class
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    out = []
+    for model_type in sorted(PROCESSOR_MAPPING_NAMES):
+        cls = processor_class(model_type)
+        if cls is None or generation_class(model_type) is None:
+            continue
+        source = inspect.getsource(inspect.getmodule(cls))
+        if "mm_token_type_ids" in source or "image_token_ids" in source:
+            out.append(model_type)
+    return out
+
+
+def emit(record: dict) -> None:
+    print("SWEEP " + json.dumps(record), flush=True)
+
+
+# -- in a worker process ------------------------------------------------------------------
+
+
+def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.engine import make_llm
+    from hf_bridge.validate.reference import NotApplicable, references
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    standard = parity.standard_cases(side)
+    limits = {"image": 2, "video": 1} if "video" in cases else {"image": 2}
+    kwargs = {"model_impl": "vllm" if impl == "native" else "transformers", "limit_mm_per_prompt": limits}
+    llm = None
+    for case in cases:
+        (reference,) = references(model_dir, [standard[case]])
+        if isinstance(reference, NotApplicable):
+            emit({"case": case, "outcome": "n/a", "detail": f"transformers: {reference.error}"})
+            continue
+        try:
+            llm = llm or make_llm(model_dir, **kwargs)
+            got = parity.vllm_result(llm, processor, standard[case])
+        except Exception as exc:  # noqa: BLE001 - recorded with its cause
+            emit({"case": case, "outcome": "error", "detail": f"{type(exc).__name__}: {_line(exc)}"})
+            llm = None  # an in-process engine that raised is rebuilt
+            continue
+        problems = parity.compare(reference, got)
+        degenerate = parity.is_degenerate(reference.tokens)
+        outcome = "fail" if problems else ("pass (degenerate)" if degenerate else "pass")
+        emit({"case": case, "outcome": outcome, "detail": "; ".join(problems)})
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:240] if text else ""
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+def build(model_type: str, cache: Path) -> tuple[Path, int, bool]:
+    """(checkpoint, image side, has video); raises with the builder's error."""
+    from hf_bridge.zoo import SPECS, build as build_zoo
+
+    if model_type in SPECS:
+        spec = SPECS[model_type]
+        return build_zoo(model_type), spec.min_image_side, spec.has_video
+    directory = cache / model_type
+    code = "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; build_sweep_model(sys.argv[1], Path(sys.argv[2]))"
+    done = subprocess.run([sys.executable, "-c", code, model_type, str(directory)], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1][:240] if done.stderr.strip() else "build failed")
+    has_video = (directory / "video_preprocessor_config.json").exists() or "video_processor" in (directory / "processor_config.json").read_text()
+    return directory, 64, has_video
+
+
+def sweep_type(model_type: str, cache: Path, results: Path) -> None:
+    def record(impl: str, case: str, outcome: str, detail: str = "") -> None:
+        entry = {"type": model_type, "impl": impl, "case": case, "outcome": outcome, "detail": detail}
+        with results.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    from transformers import AutoConfig
+
+    if getattr(AutoConfig.for_model(model_type), "is_encoder_decoder", False):
+        for impl in IMPLS:
+            record(impl, "*", "not swept", "encoder-decoder: neither hf_bridge nor vLLM's Transformers backend serves it")
+        return
+    try:
+        model_dir, side, has_video = build(model_type, cache)
+    except Exception as exc:  # noqa: BLE001 - recorded with its cause
+        for impl in IMPLS:
+            record(impl, "*", "not built", f"{type(exc).__name__}: {_line(exc)}")
+        return
+    cases = [c for c in CASES if c != "video" or has_video]
+    for impl, env in IMPLS.items():
+        cmd = [sys.executable, __file__, "--worker", impl, str(model_dir), ",".join(cases), str(side)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT, env=dict(os.environ, **env))
+            output, tail = done.stdout, done.stderr.strip().splitlines()[-1:] or [""]
+        except subprocess.TimeoutExpired as exc:
+            output, tail = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), [f"timed out after {WORKER_TIMEOUT} s"]
+        seen = set()
+        for line in output.splitlines():
+            if line.startswith("SWEEP "):
+                entry = json.loads(line[len("SWEEP "):])
+                seen.add(entry["case"])
+                record(impl, entry["case"], entry["outcome"], entry["detail"])
+        for case in cases:
+            if case not in seen:
+                record(impl, case, "error", f"worker died: {tail[0][:240]}")
+
+
+def render(results: Path) -> str:
+    rows: dict[tuple[str, str], dict[str, dict]] = {}
+    for line in results.read_text().splitlines():
+        entry = json.loads(line)
+        rows.setdefault((entry["type"], entry["case"]), {})[entry["impl"]] = entry
+    lines = [
+        "# Coverage: every decoder-only VLM type in transformers 5.19 whose processor returns `mm_token_type_ids`",
+        "",
+        "Generated by `scripts/sweep.py` (strict parity: identical prompt ids and greedy tokens, log-probs within",
+        "1e-3, float32). hf_bridge, vLLM's in-tree Transformers backend (`HF_BRIDGE_DISABLE=1`) and vLLM's native",
+        "model (`model_impl=\"vllm\"`), each against transformers. Every non-pass carries its cause.",
+        "",
+        "| type | case | hf_bridge | in-tree | native |",
+        "|---|---|---|---|---|",
+    ]
+    for (model_type, case), impls in rows.items():
+        lines.append(f"| {model_type} | {case} | " + " | ".join(_cell(impls.get(i)) for i in IMPLS) + " |")
+    passing = {}
+    for impl in IMPLS:
+        types = {t for (t, _), impls in rows.items() if impls.get(impl, {}).get("outcome") == "pass"}
+        failing = {t for (t, _), impls in rows.items() if impls.get(impl, {}).get("outcome") not in ("pass", "n/a", None)}
+        passing[impl] = sorted(types - failing)
+    lines += ["", "Types where every case passes (n/a: transformers itself refuses the case):", ""]
+    lines += [f"- {impl}: {len(types)} ({', '.join(types)})" for impl, types in passing.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    if entry["outcome"] == "pass":
+        return "pass"
+    detail = entry["detail"].replace("|", "\\|").split("; ")[0][:110]
+    return f"**{entry['outcome']}**: {detail}" if detail else f"**{entry['outcome']}**"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--types", help="comma-separated model types (default: every candidate)")
+    parser.add_argument("--results", type=Path, default=ROOT / "sweep.jsonl")
+    parser.add_argument("--out", type=Path, help="write the table here (COVERAGE.md for the full sweep)")
+    parser.add_argument("--render", type=Path, help="only render the table from these results")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "hf_bridge" / "sweep")
+    parser.add_argument("--worker", nargs=4, metavar=("IMPL", "MODEL_DIR", "CASES", "SIDE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        impl, model_dir, cases, side = args.worker
+        worker(impl, model_dir, cases.split(","), int(side))
+        return
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if args.render is None:
+        types = args.types.split(",") if args.types else candidate_types()
+        args.results.unlink(missing_ok=True)
+        for model_type in types:
+            started = time.monotonic()
+            sweep_type(model_type, args.cache, args.results)
+            print(f"{model_type}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    text = render(args.render or args.results)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
