@@ -131,12 +131,12 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         modality = next((m for m in HF_DATA_KEYS if NUM_EMBEDS_KEY.format(m) in kwargs), None)
         if modality is None:
             return []
-        counts = [int(c) for c in _items(kwargs.pop(NUM_EMBEDS_KEY.format(modality)))]
-        encoder_types = {int(t) for t in _items(kwargs.pop(ENCODER_KEY.format(modality)))}
+        counts = [int(c) for c in split.unbatched(kwargs.pop(NUM_EMBEDS_KEY.format(modality)))]
+        encoder_types = {int(t) for t in split.unbatched(kwargs.pop(ENCODER_KEY.format(modality)))}
         (encoder,) = {MODALITY_OF_TYPE[t] for t in encoder_types}
         # Only the item data carries the modality prefix; hf_bridge's own fields do not
         prefix = DATA_KEY.format(modality, "")
-        data = {k.removeprefix(prefix): _items(v) for k, v in kwargs.items() if k.startswith(prefix)}
+        data = {k.removeprefix(prefix): split.unbatched(v) for k, v in kwargs.items() if k.startswith(prefix)}
         items = [{k: values[i] for k, values in data.items()} for i in range(len(counts))]
         signatures = [
             split.item_signature({k: tuple(v.shape) if isinstance(v, torch.Tensor) else repr(v) for k, v in item.items()})
@@ -254,13 +254,6 @@ def _torch_composites(root: torch.nn.Module):
             owns_linear = any(isinstance(m, torch.nn.Linear) for m in child.modules() if m is not child)
             if is_builtin and owns_linear and not isinstance(child, _CONTAINERS):
                 yield parent, name, child
-
-
-def _items(value: Any) -> list[Any]:
-    """vLLM stacks same-shape `batched` fields into one tensor; undo that into a list."""
-    if isinstance(value, torch.Tensor):
-        return list(value.unbind(0))
-    return list(value)
 
 
 def _concat(values: list[Any]) -> Any:

@@ -61,6 +61,11 @@ def own_keys(modality: str) -> tuple[str, ...]:
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._counted: dict[tuple[str, int, int, int], int] = {}
+        """Placeholder lengths of blank items, by (modality, width, height, frames)."""
+
     @cached_property
     def probes(self) -> ProcessorProbe:
         """Placeholders, frames and expansions, learnt by calling the HF processor
@@ -162,10 +167,6 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             item = self.probes.blank(modality, 1, size.width, size.height, num_frames)
             self._counted[key] = len(self.probes.probe(modality, item, self.probes.default_kwargs)[1])
         return self._counted[key]
-
-    @cached_property
-    def _counted(self) -> dict:
-        return {}
 
 
 class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):

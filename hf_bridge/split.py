@@ -25,6 +25,14 @@ TEXT_KEYS = frozenset(
 also returns training `labels` over the text)."""
 
 
+def unbatched(value) -> list:
+    """vLLM stacks same-shape `batched` fields into one tensor; undo that into a list
+    (tensors are split along their first dimension, sequences listed as they are)."""
+    if hasattr(value, "unbind"):
+        return list(value.unbind(0))
+    return list(value)
+
+
 def item_data_keys(keys: Sequence[str]) -> list[str]:
     """The keys of a one-item `BatchFeature` that belong to the item."""
     return [k for k in keys if k not in TEXT_KEYS]

@@ -8,8 +8,6 @@ message instead of misbehaving later.
 
 from __future__ import annotations
 
-import logging
-
 from packaging.version import Version
 
 SUPPORTED = {
@@ -17,9 +15,6 @@ SUPPORTED = {
     "transformers": ("5.19.0", "5.20.0"),
 }
 """Package -> [lowest supported, first unsupported)."""
-
-logger = logging.getLogger("hf_bridge")
-
 
 class UnsupportedVersionError(ImportError):
     pass

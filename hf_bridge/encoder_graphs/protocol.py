@@ -21,6 +21,7 @@ import torch
 from vllm.logger import init_logger
 
 from ..processing import DATA_KEY, NUM_EMBEDS_KEY
+from ..split import unbatched
 from .tiles import Ineligible, ProbedItem, TileLayout, budget_range, tile_layout
 
 logger = init_logger("hf_bridge")
@@ -122,18 +123,18 @@ class EncoderGraphsMixin:
     # -- items ----------------------------------------------------------------------------
 
     def _tiles(self, mm_kwargs: dict[str, Any]) -> list[torch.Tensor]:
-        return _as_list(mm_kwargs[DATA_KEY.format(MODALITY, self.tile_layout.field)])
+        return unbatched(mm_kwargs[DATA_KEY.format(MODALITY, self.tile_layout.field)])
 
     @_when_eligible
     def get_encoder_cudagraph_item_specs(self, mm_kwargs: dict[str, Any]):
         from vllm.v1.worker.encoder_cudagraph_defs import EncoderItemSpec
 
-        counts = _as_list(mm_kwargs[NUM_EMBEDS_KEY.format(MODALITY)])
+        counts = unbatched(mm_kwargs[NUM_EMBEDS_KEY.format(MODALITY)])
         return [EncoderItemSpec(input_size=t.shape[0], output_tokens=int(n)) for t, n in zip(self._tiles(mm_kwargs), counts)]
 
     @_when_eligible
     def select_encoder_cudagraph_items(self, mm_kwargs: dict[str, Any], indices: list[int]) -> dict[str, Any]:
-        return {k: [_as_list(v)[i] for i in indices] for k, v in mm_kwargs.items()}
+        return {k: [unbatched(v)[i] for i in indices] for k, v in mm_kwargs.items()}
 
     # -- capture and replay -----------------------------------------------------------------
 
@@ -168,9 +169,3 @@ class EncoderGraphsMixin:
     @_when_eligible
     def encoder_eager_forward(self, mm_kwargs: dict[str, Any], path: str = "default") -> torch.Tensor:
         return torch.cat(list(self.embed_multimodal_eagerly(dict(mm_kwargs))))
-
-
-def _as_list(value: Any) -> list[Any]:
-    if isinstance(value, torch.Tensor):
-        return list(value.unbind(0))
-    return list(value)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .specs import ZooSpec
@@ -40,6 +42,45 @@ VISION_SIZES = dict(
 TOKEN_LITERAL = re.compile(r"""["'](<\|?[A-Za-z_][\w ]*\|?>|\[[A-Z_]{2,}\])["']""")
 TOKEN_ATTRIBUTE = re.compile(r"tokenizer\.([a-z_]*token)\b")
 TOKEN_ATTRIBUTE_DEFAULT = re.compile(r"""getattr\(tokenizer,\s*["']([a-z_]*token)["'],\s*["']([^"']+)["']\)""")
+
+
+@dataclass(frozen=True)
+class Override:
+    """What one type needs beyond the generic shrink."""
+
+    tokens: tuple[str, ...] = ()
+    """Extra special tokens (e.g. a VQ codebook's image tokens)."""
+    tokenizer_attributes: dict[str, str] = field(default_factory=dict)
+    """Tokens the model looks up by their exact string (Emu3's `<image>`)."""
+    sub_processors: dict[str, dict] = field(default_factory=dict)
+    """Constructor kwargs per sub-processor attribute (`image_processor`, ...)."""
+    configure: Callable[[Any, Any], None] | None = None
+    """`configure(config, tokenizer)`, after the generic shrink."""
+
+
+EMU3_CODEBOOK = 16
+
+
+def _emu3(config, tokenizer) -> None:
+    """Emu3 maps VQ codes to `<|visual token NNNNNN|>` vocabulary entries by name."""
+    config.vocabulary_map = dict(tokenizer.get_vocab())
+    vq = config.vq_config
+    for name, value in dict(
+        codebook_size=EMU3_CODEBOOK, embed_dim=4, latent_channels=4, base_channels=32,
+        channel_multiplier=[1, 1, 1, 1], num_res_blocks=1, attn_resolutions=[], hidden_size=32,
+    ).items():
+        setattr(vq, name, value)
+
+
+RECIPE_OVERRIDES: dict[str, Override] = {
+    "emu3": Override(
+        tokens=("<|extra_200|>", *(f"<|visual token {i:06d}|>" for i in range(EMU3_CODEBOOK))),
+        tokenizer_attributes={"image_token": "<image>"},
+        # 8x8 to 16x16 latent codes per image instead of 64x64 and more (min 512x512 px)
+        sub_processors={"image_processor": dict(min_pixels=64 * 64, max_pixels=128 * 128)},
+        configure=_emu3,
+    ),
+}
 
 
 def processor_class(model_type: str):
@@ -125,6 +166,9 @@ def make_config(model_type: str):
         if _reads_mrope_sections(model_type) and isinstance(getattr(text, "rope_parameters", None), dict):
             text.rope_parameters["mrope_section"] = list(MROPE_SECTIONS)
         config.tie_word_embeddings = False
+        override = RECIPE_OVERRIDES.get(model_type)
+        if override is not None and override.configure is not None:
+            override.configure(config, tokenizer)
         processor = make_processor(model_type)(tokenizer)
         align_towers(config, processor)
         point_token_fields(config, processor, tokenizer)
@@ -143,8 +187,8 @@ def make_processor(model_type: str):
             if name == "tokenizer":
                 parts[name] = tokenizer
                 continue
-            sub_cls = _sub_processor_class(model_type, name)
-            parts[name] = sub_cls()
+            kwargs = RECIPE_OVERRIDES.get(model_type, Override()).sub_processors.get(name, {})
+            parts[name] = _sub_processor_class(model_type, name)(**kwargs)
         return cls(**parts)
 
     return make
@@ -186,6 +230,9 @@ def point_token_fields(config: Any, processor: Any, tokenizer: Any) -> None:
 def generic_spec(model_type: str) -> ZooSpec:
     cls = processor_class(model_type)
     special, attributes = tokens_named_by(cls)
+    override = RECIPE_OVERRIDES.get(model_type, Override())
+    attributes.update(override.tokenizer_attributes)
+    special = list(dict.fromkeys([*special, *override.tokens, *override.tokenizer_attributes.values()]))
     return ZooSpec(
         name=f"sweep-{model_type}",
         make_config=make_config(model_type),

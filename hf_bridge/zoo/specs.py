@@ -87,7 +87,7 @@ class ZooSpec:
 
     @property
     def has_video(self) -> bool:
-        """Whether the processor takes video (decided by building it, cheaply)."""
+        """Whether the processor takes video (listed in `VIDEO_ARCHS`)."""
         return self.name in VIDEO_ARCHS
 
 
