@@ -74,7 +74,7 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             self.side_features.install(text_model)
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
-        if cpu_graphs_requested() and self.side_features is None and hasattr(self, "get_encoder_cudagraph_config"):
+        if cpu_graphs_requested() and self.side_features is None:
             self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
 
     def recursive_replace(self):
@@ -123,8 +123,9 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
     # -- multimodal embeddings ---------------------------------------------------------
 
     def embed_multimodal(self, **kwargs: object) -> MultiModalEmbeddings:
-        if self.cpu_encoder_graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs:
-            return self.cpu_encoder_graphs.execute(kwargs)
+        graphs = self.cpu_encoder_graphs
+        if graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs and graphs.eligible:
+            return graphs.execute(kwargs)
         return self.embed_multimodal_eagerly(kwargs)
 
     def embed_multimodal_eagerly(self, kwargs: dict[str, object]) -> MultiModalEmbeddings:
@@ -156,7 +157,7 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         get_features = getattr(self.model, f"get_{modality}_features")
         accepted = _accepted_kwargs(get_features)
         device = next(self.model.parameters()).device
-        fields = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
+        fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
         kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
         kwargs = _unnamed_pixel_inputs(get_features, kwargs)
         output = get_features(**kwargs, return_dict=True)

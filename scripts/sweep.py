@@ -3,7 +3,7 @@
 in-tree Transformers backend (`HF_BRIDGE_DISABLE=1`) and vLLM's native model.
 
     .venv/bin/python scripts/sweep.py                      # all types -> COVERAGE.md (about an hour)
-    .venv/bin/python scripts/sweep.py --types glm4v,emu3   # some types, table printed
+    .venv/bin/python scripts/sweep.py --types glm4v,emu3   # re-run some types, keep the others
     .venv/bin/python scripts/sweep.py --render sweep.jsonl # table from earlier results
 
 A type with a hand-written zoo recipe (`hf_bridge/zoo/specs.py`) is built from it; any
@@ -84,8 +84,14 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
 
 
 def _line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:240] if text else ""
+    """The message's first line, and its last where the first only frames it
+    (pydantic's "1 validation error for ModelConfig" names the cause further down)."""
+    lines = [l.strip() for l in str(exc).strip().splitlines() if l.strip()]
+    if not lines:
+        return ""
+    cause = next((l for l in lines[1:] if "error" in l.lower() and not l.startswith("For further")), lines[-1])
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {cause}"
+    return text[:300]
 
 
 # -- the driver ---------------------------------------------------------------------------
@@ -176,8 +182,16 @@ def _cell(entry: dict | None) -> str:
         return "-"
     if entry["outcome"] == "pass":
         return "pass"
-    detail = entry["detail"].replace("|", "\\|").split("; ")[0][:110]
+    detail = entry["detail"].replace("|", "\\|").split("; ")[0][:160]
     return f"**{entry['outcome']}**: {detail}" if detail else f"**{entry['outcome']}**"
+
+
+def _forget(results: Path, types: list[str]) -> None:
+    """Drop earlier results of `types`; the other types' stay (a partial re-run updates them)."""
+    if not results.exists():
+        return
+    kept = [l for l in results.read_text().splitlines() if json.loads(l)["type"] not in types]
+    results.write_text("".join(f"{l}\n" for l in kept))
 
 
 def main() -> None:
@@ -196,7 +210,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if args.render is None:
         types = args.types.split(",") if args.types else candidate_types()
-        args.results.unlink(missing_ok=True)
+        _forget(args.results, types)
         for model_type in types:
             started = time.monotonic()
             sweep_type(model_type, args.cache, args.results)

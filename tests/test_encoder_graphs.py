@@ -13,6 +13,8 @@ per-tile attention), so not even float reassociation differs.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -58,9 +60,11 @@ def test_budget_range_is_whole_tiles_within_the_step():
 def test_frozen_graph_replays_on_current_buffer_contents_and_freezes_python():
     weight = torch.randn(4, 4)
     static_in, static_out = torch.zeros(2, 4), torch.empty(2, 4)
+    calls = []
 
     def forward(x):
-        scale = 2.0 if x.abs().sum().item() > 0 else -1.0  # decided once, at capture
+        scale = -1.0 if not calls else 2.0  # a Python value, decided once, at capture
+        calls.append(1)
         return torch.relu(x @ weight) * scale + 1
 
     graph = FrozenGraph()
@@ -69,8 +73,102 @@ def test_frozen_graph_replays_on_current_buffer_contents_and_freezes_python():
     new = torch.randn(2, 4)
     static_in.copy_(new)
     graph.replay()
+    assert len(calls) == 1  # replay ran no Python
     assert torch.equal(static_out, torch.relu(new @ weight) * -1.0 + 1)  # the frozen branch
     assert not torch.equal(static_out, forward(new))  # eager takes the other one
+
+
+class HostRead(torch.nn.Module):
+    def forward(self, x):
+        return x * x.abs().max().item()
+
+
+class TensorAsPythonBool(torch.nn.Module):
+    def forward(self, x):
+        return x if x.sum() > 0 else -x
+
+
+class HostList(torch.nn.Module):
+    def forward(self, x):
+        return x[:, : len([v for v in x[0].tolist() if v > 0]) + 1]
+
+
+class HostCopy(torch.nn.Module):
+    """Chameleon's VQ-to-BPE lookup: a host table indexed by codes copied to the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.arange(16)
+
+    def forward(self, x):
+        codes = x.argmax(-1)
+        return self.table[codes.to("cpu")]
+
+
+class HostCopyByMethod(torch.nn.Module):
+    def forward(self, x):
+        return x.cpu() + 1
+
+
+class NonzeroShape(torch.nn.Module):
+    def forward(self, x):
+        return x[torch.nonzero(x > 0, as_tuple=True)]
+
+
+class BooleanMask(torch.nn.Module):
+    def forward(self, x):
+        return x[x > 0]
+
+
+class HostTensorFromData(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+class FactoryWithoutDevice(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.arange(4)
+
+
+class CaptureSafe(torch.nn.Module):
+    def forward(self, x):
+        positions = torch.arange(x.shape[-1], device=x.device)
+        return torch.where(x > 0, x, 0.0) + positions.to(x.device) + x[:, 1:].sum()
+
+
+@pytest.mark.parametrize(
+    "module,refusal",
+    [
+        (HostRead(), "Tensor.item() reads a tensor on the host"),
+        (TensorAsPythonBool(), "Tensor.__bool__() reads a tensor on the host"),
+        (HostList(), "Tensor.tolist() reads a tensor on the host"),
+        (HostCopy(), "Tensor.to('cpu') copies a tensor to the host"),
+        (HostCopyByMethod(), "Tensor.cpu() copies a tensor to the host"),
+        (NonzeroShape(), "nonzero gives an output whose shape depends on tensor values"),
+        (BooleanMask(), "boolean-mask indexing gives an output whose shape depends on tensor values"),
+        (HostTensorFromData(), "tensor makes a tensor from host data inside the capture"),
+        (FactoryWithoutDevice(), "torch.arange without a device makes a host tensor inside the capture"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, torch.nn.Module) else "",
+)
+def test_frozen_graph_refuses_what_cuda_capture_refuses(module, refusal):
+    from hf_bridge.encoder_graphs.frozen import CaptureRefused
+
+    x = torch.randn(2, 4)
+    module(x)  # eager runs it
+    with pytest.raises(CaptureRefused, match=re.escape(refusal)):
+        with frozen_graph(FrozenGraph()):
+            module(x)
+
+
+def test_frozen_graph_records_capture_safe_code():
+    x, out, graph = torch.randn(2, 4), torch.empty(2, 4), FrozenGraph()
+    with frozen_graph(graph):
+        out.copy_(CaptureSafe()(x))
+    expected = CaptureSafe()(x)
+    out.zero_()
+    graph.replay()
+    assert torch.equal(out, expected)
 
 
 # -- eligibility of zoo towers, from their real processors -----------------------------------------
@@ -211,23 +309,23 @@ def test_later_replay_does_not_overwrite_earlier_outputs(internvl, zoo):
 def test_replay_is_the_frozen_computation_not_eager_reexecution(internvl, zoo):
     """An encoder that branches on a Python value: the graph keeps the capture-time branch."""
     llm, model = internvl
-    field = model.tile_layout.field
     original = model.encoder_cudagraph_forward
+    state = {"capturing": True}
 
     def branching_forward(inputs, path="default"):
         rows = original(inputs, path)
-        blank = inputs[field].abs().sum().item() == 0  # True at capture (zeros), False at replay
-        return rows if blank else rows * 2
+        return rows if state["capturing"] else rows * 2  # a Python value, read at capture only
 
     model.encoder_cudagraph_forward = branching_forward
     try:
         manager = manager_for(llm, model, budgets=[8, 16, 32])
+        state["capturing"] = False
         batch = batch_of(zoo("internvl"), ["three_tiles"])
         (got,) = run(manager, batch)
     finally:
         del model.encoder_cudagraph_forward
     (plain,) = eager(model, batch)
-    assert torch.equal(got, plain)  # the frozen (blank-buffer) branch: not doubled
+    assert torch.equal(got, plain)  # the capture-time branch: not doubled
     assert not torch.equal(got, plain * 2)  # which eager re-execution would have produced
 
 
@@ -253,10 +351,10 @@ def test_cpu_fast_path_keeps_parity(zoo, engines, monkeypatch):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("arch", ["llava", "gemma3", "chameleon", "fuyu"])
+@pytest.mark.parametrize("arch", ["llava", "gemma3", "fuyu"])
 def test_other_eligible_towers_match_eager_through_budgets(arch, zoo, engines):
-    """Beyond InternVL: CLIP, SigLIP (with Gemma3's pooling), a VQ tokenizer, Fuyu's
-    patch projection; two images of different sizes packed into one budget."""
+    """Beyond InternVL: CLIP, SigLIP (with Gemma3's pooling), Fuyu's patch projection;
+    two images of different sizes packed into one budget."""
     model_dir = zoo(arch)
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
@@ -268,3 +366,23 @@ def test_other_eligible_towers_match_eager_through_budgets(arch, zoo, engines):
     got = run(manager, batch)
     assert all(torch.equal(g, e) for g, e in zip(got, eager(model, batch)))
     assert (manager.graph_hits, manager.graph_misses) == (2, 0)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("arch,offered", [("chameleon", False), ("llava", True)])
+def test_trial_capture_decides_what_vllm_is_offered(arch, offered, zoo, engines):
+    """Chameleon's tile layout qualifies, but its VQ lookup works on the host, which CUDA
+    capture refuses (measured on an H100: the copy of the codes to the CPU): the trial
+    capture in the strict stand-in keeps it from vLLM's manager. LLaVA's CLIP tower records cleanly and is offered."""
+    from vllm.model_executor.models.interfaces import supports_encoder_cudagraph
+
+    llm = engines.get(zoo(arch), limit_mm_per_prompt={"image": 2})
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    assert supports_encoder_cudagraph(model) is offered
+    if offered:
+        assert model.tile_layout == EXPECTED_LAYOUTS[arch]
+    else:
+        assert isinstance(model.tile_layout, Ineligible)
+        # its VQ-to-BPE lookup builds a host table and indexes it with codes copied to the host
+        host_side = r"a trial capture of its tower failed: (torch\.zeros without a device makes a host tensor|Tensor\.to\('cpu'\) copies a tensor to the host)"
+        assert re.search(host_side, model.tile_layout.reason), model.tile_layout.reason

@@ -9,6 +9,7 @@ it. Whether that pays is measured by `bench/encoder_graphs.py`; it is off unless
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -34,6 +35,12 @@ class CPUEncoderGraphs:
         self.vllm_config = vllm_config
         self.model = model
         self.manager = None
+
+    @functools.cached_property
+    def eligible(self) -> bool:
+        """Asked on the first encode, once the weights are loaded: eligibility includes a
+        trial capture of the tower, which needs them (`protocol.py`)."""
+        return hasattr(self.model, "get_encoder_cudagraph_config")
 
     def execute(self, mm_kwargs: dict) -> list[torch.Tensor]:
         if self.manager is None:

@@ -13,6 +13,14 @@ tensors made inside the block are replaced by the results of the recorded operat
 at replay. So replay reads the buffers' current contents, writes the output buffer in
 place, and never re-runs the Python that made the recording.
 
+While recording it refuses what CUDA graph capture refuses (`CaptureRefused`): reading
+a tensor's value on the host (`.item()`, `.tolist()`, `bool(t)`, ...), copies to the
+host (`.cpu()`, `.to("cpu")`), operators whose output shape depends on tensor values
+(`nonzero`, boolean-mask indexing, `masked_select`, `unique`), and host tensors made
+inside the block (`torch.tensor(...)`, factories without a `device`). On the CPU the
+host plays the device, so a `torch.device` argument is taken as the graph's device and
+only naming the host (`"cpu"`, `.cpu()`) counts as copying to it.
+
 It backs two things: the CPU stand-in for `torch.cuda.CUDAGraph`/`torch.cuda.graph` that
 lets vLLM's real `EncoderCudaGraphManager` capture and replay on a machine without a
 GPU (`standing_in_for_cuda_graphs`), and hf_bridge's optional CPU encoder fast path.
@@ -21,12 +29,93 @@ GPU (`standing_in_for_cuda_graphs`), and hf_bridge's optional CPU encoder fast p
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
+
+
+class CaptureRefused(RuntimeError):
+    """What `torch.cuda.graph` capture would refuse, met while recording a frozen graph."""
+
+
+HOST_READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__complex__"})
+"""Tensor methods that read a value on the host (a device-to-host sync)."""
+DATA_DEPENDENT = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "nonzero_static"})
+"""Operators whose output shape depends on tensor values."""
+HOST_DATA = frozenset({torch.tensor, torch.as_tensor, torch.from_numpy})
+"""Factories that copy host data in."""
+FACTORIES = frozenset({torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand, torch.randn,
+                       torch.randint, torch.linspace, torch.eye})
+"""Factories that make a host tensor unless given a `device`."""
+
+
+def capture_refusal(func, args: tuple, kwargs: dict) -> str | None:
+    """Why CUDA graph capture would refuse `func(*args, **kwargs)`, or None."""
+    name = getattr(func, "__name__", "")
+    is_method = getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor."))
+    if is_method and name in HOST_READS:
+        return f"Tensor.{name}() reads a tensor on the host"
+    if is_method and name == "cpu":
+        return "Tensor.cpu() copies a tensor to the host"
+    if is_method and name == "to" and any(_names_host(a) for a in (*args[1:], *kwargs.values())):
+        return "Tensor.to('cpu') copies a tensor to the host"
+    if name in DATA_DEPENDENT and (is_method or getattr(torch, name, None) is func):
+        return f"{name} gives an output whose shape depends on tensor values"
+    if func is torch.where and len(args) + len(kwargs) == 1:
+        return "torch.where(condition) gives an output whose shape depends on tensor values"
+    if is_method and name == "__getitem__" and _has_bool_index(args[1] if len(args) > 1 else None):
+        return "boolean-mask indexing gives an output whose shape depends on tensor values"
+    if func in HOST_DATA or (is_method and name == "new_tensor"):
+        return f"{name} makes a tensor from host data inside the capture"
+    if func in FACTORIES and kwargs.get("device") is None and not _called_from_vllm_cpu_kernel():
+        return f"torch.{name} without a device makes a host tensor inside the capture"
+    return None
+
+
+def _called_from_vllm_cpu_kernel() -> bool:
+    """vLLM's CPU kernels allocate their outputs without a device (the CPU is the default);
+    on a GPU those kernels do not run. Model code is what the rule is for."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == __file__ or frame.f_code.co_filename.startswith(_TORCH_DIR)):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_VLLM_DIR)
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _names_host(value) -> bool:
+    return isinstance(value, str) and value.split(":")[0] == "cpu"
+
+
+def _has_bool_index(index) -> bool:
+    indices = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+
+
+def _package_dir(name: str) -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) if spec and spec.origin else "\0"
+
+
+_VLLM_DIR = _package_dir("vllm")
+
+
+class _StrictCapture(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        problem = capture_refusal(func, args, kwargs)
+        if problem is not None:
+            raise CaptureRefused(f"{problem}, which CUDA graph capture refuses")
+        return func(*args, **kwargs)
 
 
 @dataclass
@@ -121,11 +210,14 @@ class _Recorder(TorchDispatchMode):
 
 @contextlib.contextmanager
 def frozen_graph(graph: FrozenGraph, pool: Any = None, stream: Any = None):
-    """Stands in for `torch.cuda.graph(graph, pool=..., stream=...)`: records into `graph`."""
+    """Stands in for `torch.cuda.graph(graph, pool=..., stream=...)`: records into `graph`,
+    refusing what CUDA capture refuses (`CaptureRefused`)."""
     recorder = _Recorder(graph)
-    with recorder:
-        yield
-    recorder.keep.clear()
+    try:
+        with _StrictCapture(), recorder:
+            yield
+    finally:
+        recorder.keep.clear()
 
 
 @contextlib.contextmanager

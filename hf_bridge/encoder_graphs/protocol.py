@@ -87,12 +87,29 @@ class EncoderGraphsMixin:
             layout = probe_tile_layout(info)
             if isinstance(layout, TileLayout):
                 self._max_tiles_per_item = max(1, info.get_max_image_tokens() // layout.tokens_per_tile)
+                layout = self._trial_capture(layout)
         except Exception as exc:  # noqa: BLE001 - any failure to probe means: run eagerly
             layout = Ineligible(f"probing its processor failed ({type(exc).__name__}: {exc})")
         if isinstance(layout, Ineligible):
             logger.info("hf_bridge: vision encoder graphs off for this model: %s", layout.reason)
         else:
             logger.info("hf_bridge: vision encoder graphs eligible: %s", layout)
+        return layout
+
+    def _trial_capture(self, layout: TileLayout) -> TileLayout | Ineligible:
+        """Record the tower once over one blank tile in the frozen graph, which refuses what
+        CUDA capture refuses: a tower that syncs with the host (Chameleon's VQ lookup copies
+        to the CPU) would otherwise end engine start on a GPU, where vLLM does not catch
+        capture errors."""
+        from .frozen import CaptureRefused, FrozenGraph, frozen_graph
+
+        weight = next(self.model.parameters())
+        tiles = torch.zeros((1, *layout.tile_shape), device=weight.device, dtype=weight.dtype)
+        try:
+            with torch.inference_mode(), frozen_graph(FrozenGraph()):
+                self._encode(MODALITY, {layout.field: tiles})
+        except CaptureRefused as exc:
+            return Ineligible(f"a trial capture of its tower failed: {exc}")
         return layout
 
     # -- configuration ------------------------------------------------------------------

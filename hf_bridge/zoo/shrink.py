@@ -30,7 +30,7 @@ TEXT_SIZES = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
     head_dim=32, max_position_embeddings=4096, max_window_layers=2,
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
-    n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=16,
+    n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=32, qk_rope_head_dim=16,
     qk_nope_head_dim=16, v_head_dim=32,
 )
 """Text-model geometry: 64 wide, 2 layers, head_dim 32 (a size vLLM's CPU attention has)."""
@@ -73,6 +73,8 @@ def _emu3(config, tokenizer) -> None:
 
 
 RECIPE_OVERRIDES: dict[str, Override] = {
+    # its default draws timestamps on frames with a font file no offline machine has
+    "ernie4_5_vl_moe": Override(sub_processors={"video_processor": dict(draw_on_frames=False)}),
     "emu3": Override(
         tokens=("<|extra_200|>", *(f"<|visual token {i:06d}|>" for i in range(EMU3_CODEBOOK))),
         tokenizer_attributes={"image_token": "<image>"},
@@ -114,6 +116,14 @@ def tokens_named_by(processor_cls) -> tuple[list[str], dict[str, str]]:
 
 MROPE_SECTIONS = (4, 6, 6)
 """M-RoPE's temporal/height/width split of head_dim 32's 16 rotary frequencies."""
+
+
+def mrope_sections(text: Any) -> list[int]:
+    """`MROPE_SECTIONS` scaled to the rotary half-dimension (partial rotary included)."""
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    partial = getattr(text, "partial_rotary_factor", None) or text.rope_parameters.get("partial_rotary_factor", 1.0)
+    half = int(head_dim * partial) // 2
+    return [section * half // sum(MROPE_SECTIONS) for section in MROPE_SECTIONS]
 
 
 def _reads_mrope_sections(model_type: str) -> bool:
@@ -164,7 +174,7 @@ def make_config(model_type: str):
                 if hasattr(sub, field):
                     setattr(sub, field, text.hidden_size)
         if _reads_mrope_sections(model_type) and isinstance(getattr(text, "rope_parameters", None), dict):
-            text.rope_parameters["mrope_section"] = list(MROPE_SECTIONS)
+            text.rope_parameters["mrope_section"] = mrope_sections(text)
         config.tie_word_embeddings = False
         override = RECIPE_OVERRIDES.get(model_type)
         if override is not None and override.configure is not None:
@@ -203,7 +213,10 @@ def _sub_processor_class(model_type: str, attribute: str):
         "video_processor": video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES,
         "feature_extractor": feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
     }
-    names = mappings[attribute].get(model_type)
+    # a processor shared by several types (Glm4vProcessor for glm4v_moe) may list its
+    # sub-processors under its own type only
+    own_type = inspect.getmodule(processor_class(model_type)).__name__.split(".")[-2]
+    names = mappings[attribute].get(model_type) or mappings[attribute].get(own_type)
     if isinstance(names, (tuple, list)):
         names = next((n for n in names if n), None)
     if isinstance(names, dict):
