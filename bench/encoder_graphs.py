@@ -1,8 +1,8 @@
 """Encoder graphs on this CPU: do they pay? Ratios measured side by side in one run.
 
-1. Encoder latency of an InternVL-shaped tower (24 layers, 448 px tiles, patch 14,
-   pixel shuffle 0.5, width 64) at 1, 2, 4 and 8 tiles: eager vs the graph path
-   (a frozen graph per budget, `hf_bridge.encoder_graphs.frozen`), alternating runs.
+1. Encoder latency of the zoo's `internvl_bench` tower (HF InternVL: 24 layers, 448 px
+   tiles, patch 14, pixel shuffle 0.5, width 64) through hf_bridge's encoder code at 1,
+   2, 4 and 8 tiles: eager vs a frozen graph (`hf_bridge.encoder_graphs.frozen`).
 2. Time to first token of a 2-image request through vLLM, serving the zoo's
    `internvl_bench` with `HF_BRIDGE_CPU_ENCODER_GRAPHS=0` and `=1`, each engine in its
    own process, alternating, median of the rounds.
@@ -22,8 +22,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).parent))
-from encoder_graphs_gpu import encoder_check, two_image_ttft  # noqa: E402
+from encoder_graphs_gpu import Tower, check_tower, two_image_ttft  # noqa: E402
+
+
+def _internvl_bench(tiny: bool):
+    from transformers import InternVLConfig, InternVLVisionConfig, Qwen2Config
+
+    from hf_bridge.zoo.specs import INTERNVL_BENCH_VISION
+
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, vocab_size=512)
+    return InternVLConfig(vision_config=InternVLVisionConfig(**INTERNVL_BENCH_VISION), text_config=Qwen2Config(**text),
+                          downsample_ratio=0.5, image_token_id=1)
+
+
+TOWER = Tower("internvl_bench", _internvl_bench, (3, 448, 448))
 
 TTFT_REQUESTS = 4
 
@@ -57,7 +72,8 @@ def main() -> None:
     print("encoder latency, InternVL-shaped tower (24 layers, 448 px tiles, width 64), CPU")
     print(f"{'tiles':>5} {'eager ms':>10} {'graph ms':>10} {'eager/graph':>12}")
     for tiles in (1, 2, 4, 8):
-        rounds = [encoder_check("cpu", [tiles], 24, args.repeats, atol=0.0)[0] for _ in range(args.rounds)]
+        rounds = [check_tower(TOWER, "cpu", torch.float32, [tiles], args.repeats, tiny=False)[0] for _ in range(args.rounds)]
+        assert all(r["bitwise_equal"] for r in rounds)
         eager = statistics.median(r["eager_ms"] for r in rounds)
         graph = statistics.median(r["graph_ms"] for r in rounds)
         print(f"{tiles:>5} {eager:>10.1f} {graph:>10.1f} {eager / graph:>12.2f}", flush=True)

@@ -17,7 +17,6 @@ backend diverges from transformers replaced:
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any
 
@@ -31,12 +30,12 @@ from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
 
-from . import split
+from . import features, split
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .head import HFLogitsHead
-from .side_features import SideFeatures, decoder_takes_side_features, side_levels, widen
+from .side_features import SideFeatures, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
@@ -153,22 +152,8 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         return embeddings  # type: ignore[return-value]
 
     def _encode(self, modality: str, fields: dict[str, Any]) -> torch.Tensor:
-        """Run the HF model's own `get_<modality>_features`; return one row per embedding."""
-        get_features = getattr(self.model, f"get_{modality}_features")
-        accepted = _accepted_kwargs(get_features)
-        device = next(self.model.parameters()).device
-        fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
-        kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
-        kwargs = _unnamed_pixel_inputs(get_features, kwargs)
-        output = get_features(**kwargs, return_dict=True)
-        features = getattr(output, "pooler_output", None)
-        if features is None:  # a tower with no pooling (Fuyu's patch projection)
-            features = getattr(output, "last_hidden_state", output)
-        if isinstance(features, torch.Tensor):
-            features = [features]
-        hidden = self.text_config.hidden_size
-        rows = torch.cat([f.reshape(-1, hidden) for f in features])
-        return widen(rows, side_levels(output)) if self.side_features is not None else rows
+        """The HF model's own `get_<modality>_features`, one row per embedding (`features.py`)."""
+        return features.encode(self.model, modality, fields, self.text_config.hidden_size, self.side_features is not None)
 
     def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
         if self.side_features is not None:
@@ -193,7 +178,7 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
                     value = field.data
                     grids.setdefault(key, []).append(value.reshape(-1) if key == "second_per_grid_ts" else value.reshape(-1, value.shape[-1]))
         get_rope_index = self.model.get_rope_index
-        accepted = _accepted_kwargs(get_rope_index)
+        accepted = features.accepted_kwargs(get_rope_index)
         kwargs: dict[str, Any] = {k: torch.cat(v) for k, v in grids.items()}
         kwargs["mm_token_type_ids"] = type_ids[None]
         kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
@@ -261,48 +246,3 @@ def _concat(values: list[Any]) -> Any:
     if isinstance(values[0], torch.Tensor):
         return torch.cat([v if v.ndim else v[None] for v in values])
     return values[0] if len(values) == 1 else values
-
-
-def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` with required inputs of `fn` that the processor names differently
-    filled, in order, with its floating-point fields that `fn` does not name.
-
-    Fuyu's processor returns `image_patches`, which its HF forward hands on to
-    `get_image_features(pixel_values)` positionally.
-    """
-    named, required = _parameters(fn)
-    missing = [name for name in required if name not in kwargs]
-    if not missing:
-        return kwargs
-    spare = [k for k, v in kwargs.items() if k not in named and isinstance(v, torch.Tensor) and v.is_floating_point()]
-    out = {k: v for k, v in kwargs.items() if k not in spare[: len(missing)]}
-    out.update({name: kwargs[key] for name, key in zip(missing, spare)})
-    return out
-
-
-def _parameters(fn) -> tuple[frozenset[str], tuple[str, ...]]:
-    """(every parameter name, the required ones passable by name) of `fn`."""
-    return _function_parameters(getattr(fn, "__func__", fn), hasattr(fn, "__func__"))
-
-
-@functools.lru_cache(maxsize=None)
-def _function_parameters(fn, bound: bool) -> tuple[frozenset[str], tuple[str, ...]]:
-    # cached per function, not per bound method: a bound method would keep its model alive
-    params = dict(list(inspect.signature(fn).parameters.items())[1 if bound else 0 :])
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    required = tuple(n for n, p in params.items() if p.default is inspect.Parameter.empty and p.kind in kinds)
-    return frozenset(params), required
-
-
-def _accepted_kwargs(fn) -> frozenset[str] | None:
-    """Named parameters of `fn`, or None if it takes `**kwargs` (then pass everything)."""
-    return _function_accepted_kwargs(getattr(fn, "__func__", fn))
-
-
-@functools.lru_cache(maxsize=None)
-def _function_accepted_kwargs(fn) -> frozenset[str] | None:
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return frozenset(params)
-

@@ -81,10 +81,16 @@ def _is_built(directory: Path, name: str, seed: int) -> bool:
 
 def build_here(name: str, directory: Path, seed: int = 0) -> Path:
     """Build in this interpreter (what `build` runs in its subprocess)."""
+    return build_checkpoint(SPECS[name], directory, _key(name, seed), seed)
+
+
+def build_checkpoint(spec: ZooSpec, directory: Path, stamp: dict, seed: int = 0, model_class=None) -> Path:
+    """Write `spec`'s checkpoint (config, seeded weights, tokenizer, processor) to
+    `directory`, marked finished with `stamp`. `model_class` builds the model from the
+    config (default `AutoModelForImageTextToText`)."""
     import torch
     from transformers import AutoModelForImageTextToText
 
-    spec: ZooSpec = SPECS[name]
     if directory.exists():
         shutil.rmtree(directory)  # stale files (old references) must not survive a rebuild
     directory.mkdir(parents=True)
@@ -100,14 +106,17 @@ def build_here(name: str, directory: Path, seed: int = 0) -> Path:
     config = spec.make_config(tokenizer)
     _set_special_token_ids(config, tokenizer)
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    if model_class is None:
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    else:
+        model = model_class._from_config(config, dtype=torch.float32)
     _init_weights(model, spec.init_std, seed, spec.centred_norm_biases)
     model.generation_config.do_sample = False
-    for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        setattr(model.generation_config, field, getattr(tokenizer, field))
+    for token in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(model.generation_config, token, getattr(tokenizer, token))
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
-    (directory / STAMP).write_text(json.dumps(_key(name, seed)))
+    (directory / STAMP).write_text(json.dumps(stamp))
     return directory
 
 

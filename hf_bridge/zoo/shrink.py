@@ -147,9 +147,9 @@ def align_towers(config: Any, processor: Any) -> None:
 
 def shrink(config: Any, sizes: dict) -> None:
     """Set each field of `sizes` that `config` has (lists indexed by layer are cut to fit)."""
-    for field, value in sizes.items():
-        if hasattr(config, field) and not isinstance(getattr(config, field), (dict, list)) or field in ("head_dim",) and hasattr(config, field):
-            setattr(config, field, value)
+    for name, value in sizes.items():
+        if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)):
+            setattr(config, name, value)
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(getattr(config, "layer_types", None), list) and layers:
         config.layer_types = (config.layer_types * layers)[:layers]
@@ -170,9 +170,9 @@ def make_config(model_type: str):
                 shrink(sub, VISION_SIZES)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
         for sub in sub_configs(config).values():
-            for field in ("out_hidden_size", "projection_dim", "text_hidden_size"):
-                if hasattr(sub, field):
-                    setattr(sub, field, text.hidden_size)
+            for name in ("out_hidden_size", "projection_dim", "text_hidden_size"):
+                if hasattr(sub, name):
+                    setattr(sub, name, text.hidden_size)
         if _reads_mrope_sections(model_type) and isinstance(getattr(text, "rope_parameters", None), dict):
             text.rope_parameters["mrope_section"] = mrope_sections(text)
         config.tie_word_embeddings = False
@@ -189,7 +189,7 @@ def make_config(model_type: str):
 
 def make_processor(model_type: str):
     def make(tokenizer):
-        import transformers
+        from .specs import chat_template
 
         cls = processor_class(model_type)
         parts = {}
@@ -199,7 +199,11 @@ def make_processor(model_type: str):
                 continue
             kwargs = RECIPE_OVERRIDES.get(model_type, Override()).sub_processors.get(name, {})
             parts[name] = _sub_processor_class(model_type, name)(**kwargs)
-        return cls(**parts)
+        processor = cls(**parts)
+        if getattr(processor, "chat_template", None) is None:  # the generic one, with its tokens
+            image, video = (getattr(processor, f"{m}_token", "") or "" for m in ("image", "video"))
+            processor.chat_template = chat_template(image=image, video=video)
+        return processor
 
     return make
 
@@ -227,8 +231,8 @@ def _sub_processor_class(model_type: str, attribute: str):
 def point_token_fields(config: Any, processor: Any, tokenizer: Any) -> None:
     """Set the config's `<name>_token_id`/`_token_index` fields to the processor's tokens."""
     for cfg in [config, *sub_configs(config).values()]:
-        for field in list(vars(cfg)):
-            match = re.fullmatch(r"(\w+?)_token_(id|index)", field)
+        for name in list(vars(cfg)):
+            match = re.fullmatch(r"(\w+?)_token_(id|index)", name)
             if not match:
                 continue
             base = match.group(1)
@@ -237,7 +241,7 @@ def point_token_fields(config: Any, processor: Any, tokenizer: Any) -> None:
             if not isinstance(token_id, int) and isinstance(token, str):
                 token_id = tokenizer.convert_tokens_to_ids(token)
             if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
-                setattr(cfg, field, token_id)
+                setattr(cfg, name, token_id)
 
 
 def generic_spec(model_type: str) -> ZooSpec:
@@ -259,34 +263,7 @@ def generic_spec(model_type: str) -> ZooSpec:
 
 def build_sweep_model(model_type: str, directory, seed: int = 0):
     """Build the generic tiny checkpoint of `model_type` into `directory` (this interpreter)."""
-    import json
-    import shutil
+    from .build import build_checkpoint
 
-    import torch
-
-    from .build import STAMP, _init_weights, _set_special_token_ids
-    from .specs import chat_template
-    from .tokenizer import build_tokenizer
-
-    spec = generic_spec(model_type)
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    tokenizer = build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
-    processor = spec.make_processor(tokenizer)
-    if getattr(processor, "chat_template", None) is None:
-        image = getattr(processor, "image_token", "") or ""
-        video = getattr(processor, "video_token", "") or ""
-        processor.chat_template = "{{ bos_token }}" + chat_template(image=image, video=video)
-    config = spec.make_config(tokenizer)
-    _set_special_token_ids(config, tokenizer)
-    torch.manual_seed(seed)
-    model = generation_class(model_type)._from_config(config, dtype=torch.float32)
-    _init_weights(model, spec.init_std, seed, spec.centred_norm_biases)
-    model.generation_config.do_sample = False
-    for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        setattr(model.generation_config, field, getattr(tokenizer, field))
-    model.save_pretrained(directory)
-    processor.save_pretrained(directory)
-    (directory / STAMP).write_text(json.dumps({"sweep": model_type, "seed": seed}))
-    return directory
+    stamp = {"sweep": model_type, "seed": seed}
+    return build_checkpoint(generic_spec(model_type), directory, stamp, seed, generation_class(model_type))

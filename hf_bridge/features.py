@@ -1,0 +1,80 @@
+"""Run an HF model's own `get_<modality>_features` on one batch of items: no vLLM import.
+
+hf_bridge's wrapper encodes every item through it (`model.py`), and so does the GPU
+check (`bench/encoder_graphs_gpu.py`), which captures exactly this code in a real
+`torch.cuda.CUDAGraph` on a machine without vLLM.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+from .side_features import side_levels, widen
+
+
+def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hidden_size: int, side_features: bool = False) -> torch.Tensor:
+    """One row of width `hidden_size` per embedding position, items in order; with
+    `side_features`, the multi-level features the decoder adds ride along as columns."""
+    get_features = getattr(hf_model, f"get_{modality}_features")
+    accepted = accepted_kwargs(get_features)
+    device = next(hf_model.parameters()).device
+    fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
+    kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
+    kwargs = _unnamed_pixel_inputs(get_features, kwargs)
+    output = get_features(**kwargs, return_dict=True)
+    features = getattr(output, "pooler_output", None)
+    if features is None:  # a tower with no pooling (Fuyu's patch projection)
+        features = getattr(output, "last_hidden_state", output)
+    if isinstance(features, torch.Tensor):
+        features = [features]
+    rows = torch.cat([f.reshape(-1, hidden_size) for f in features])
+    return widen(rows, side_levels(output)) if side_features else rows
+
+
+def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with required inputs of `fn` that the processor names differently
+    filled, in order, with its floating-point fields that `fn` does not name.
+
+    Fuyu's processor returns `image_patches`, which its HF forward hands on to
+    `get_image_features(pixel_values)` positionally.
+    """
+    named, required = _parameters(fn)
+    missing = [name for name in required if name not in kwargs]
+    if not missing:
+        return kwargs
+    spare = [k for k, v in kwargs.items() if k not in named and isinstance(v, torch.Tensor) and v.is_floating_point()]
+    out = {k: v for k, v in kwargs.items() if k not in spare[: len(missing)]}
+    out.update({name: kwargs[key] for name, key in zip(missing, spare)})
+    return out
+
+
+def _parameters(fn) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(every parameter name, the required ones passable by name) of `fn`."""
+    return _function_parameters(getattr(fn, "__func__", fn), hasattr(fn, "__func__"))
+
+
+@functools.lru_cache(maxsize=None)
+def _function_parameters(fn, bound: bool) -> tuple[frozenset[str], tuple[str, ...]]:
+    # cached per function, not per bound method: a bound method would keep its model alive
+    params = dict(list(inspect.signature(fn).parameters.items())[1 if bound else 0 :])
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    required = tuple(n for n, p in params.items() if p.default is inspect.Parameter.empty and p.kind in kinds)
+    return frozenset(params), required
+
+
+def accepted_kwargs(fn) -> frozenset[str] | None:
+    """Named parameters of `fn`, or None if it takes `**kwargs` (then pass everything)."""
+    return _functionaccepted_kwargs(getattr(fn, "__func__", fn))
+
+
+@functools.lru_cache(maxsize=None)
+def _functionaccepted_kwargs(fn) -> frozenset[str] | None:
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return frozenset(params)
+
