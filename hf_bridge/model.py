@@ -34,6 +34,7 @@ from . import features, split
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
+from .bidirectional import report_bidirectional_attention
 from .head import HFLogitsHead
 from .side_features import SideFeatures, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
@@ -60,8 +61,8 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
-        warn_if_bidirectional(vllm_config.model_config.hf_config)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
+        report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         if self.pp_group.is_last_rank:
             self.hf_head = HFLogitsHead.from_config(self.config)
             # The HF head decides scaling and soft-capping, so vLLM's processor must not
@@ -75,6 +76,13 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
             self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
+
+    def _attention_backend(self):
+        """The attention backend vLLM selected for the text model's layers."""
+        from vllm.model_executor.layers.attention import Attention
+
+        layer = next((m for m in self.modules() if isinstance(m, Attention)), None)
+        return layer.get_attn_backend() if layer is not None else None
 
     def recursive_replace(self):
         """vLLM's layer replacement, minus torch's own composite modules.
@@ -192,33 +200,6 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
 class HFBridgeMoEForConditionalGeneration(MoEMixin, HFBridgeForConditionalGeneration):
     """hf_bridge with the experts on vLLM's fused-MoE layer, composed as vLLM composes
     its own `TransformersMultiModalMoEForCausalLM` (`MoEMixin` first)."""
-
-
-def uses_bidirectional_mm_attention(config) -> bool:
-    """Whether the HF base model reads `token_type_ids` in its forward.
-
-    Gemma3 and PaliGemma do, to let the tokens of one image attend to each other in both
-    directions. vLLM's attention (the CPU backend included) is causal for decoder
-    models, so such a model cannot match transformers at image positions.
-    """
-    from transformers.models.auto import modeling_auto
-
-    import transformers
-
-    name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
-    cls = getattr(transformers, name, None) if isinstance(name, str) else None
-    return cls is not None and "token_type_ids" in inspect.signature(cls.forward).parameters
-
-
-def warn_if_bidirectional(config) -> None:
-    if uses_bidirectional_mm_attention(config):
-        logger.warning_once(
-            "hf_bridge: %s attends bidirectionally within each image (its forward reads "
-            "token_type_ids), but vLLM's attention backend only does causal attention. "
-            "Hidden states at image positions, the log-probs that follow them, and possibly "
-            "generated tokens, will differ from transformers.",
-            getattr(config, "model_type", "this model"),
-        )
 
 
 class _Opaque(torch.nn.Module):

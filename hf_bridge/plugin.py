@@ -91,6 +91,9 @@ def route(arch: str | None, model_config) -> str | None:
         return arch
     failures = unplaceable(model_config)
     if failures is None:
+        from .bidirectional import mark_bidirectional
+
+        mark_bidirectional(model_config.hf_config)
         return own
     from vllm.logger import init_logger
 

@@ -19,7 +19,7 @@ def test_bidirectional_image_attention_is_detected(zoo):
     """Gemma3 reads token_type_ids for its image mask, which vLLM's attention cannot do."""
     from transformers import AutoConfig
 
-    from hf_bridge.model import uses_bidirectional_mm_attention
+    from hf_bridge.bidirectional import uses_bidirectional_mm_attention
 
     assert uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo("gemma3")))
     for arch in ("llava", "qwen2_vl", "idefics3"):
@@ -42,3 +42,19 @@ def test_logits_head_follows_the_hf_class_not_config_fields(zoo):
     logits = torch.tensor([[-100.0, 0.0, 3.0, 100.0]])
     assert not text_only.is_identity
     assert torch.allclose(text_only(logits), logits * 0.0625)
+
+
+def test_bidirectional_models_are_marked_for_vllms_mm_prefix_attention():
+    """Every detected model gets `is_mm_prefix_lm`, not only those on vLLM's list (Gemma3n
+    is not on it); a checkpoint's own setting is kept; others are left alone."""
+    from transformers import Gemma3nConfig, LlavaConfig
+
+    from hf_bridge.bidirectional import mark_bidirectional
+
+    gemma3n = Gemma3nConfig()
+    assert mark_bidirectional(gemma3n) and gemma3n.is_mm_prefix_lm is True
+    kept = Gemma3nConfig()
+    kept.is_mm_prefix_lm = False
+    assert not mark_bidirectional(kept)
+    llava = LlavaConfig()
+    assert not mark_bidirectional(llava) and not hasattr(llava, "is_mm_prefix_lm")

@@ -136,3 +136,18 @@ def test_own_architecture_name_and_startup_line(zoo, engines, caplog):
 
     (reference,) = references(model_dir, [case])
     assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
+
+
+@pytest.mark.engine
+def test_bidirectional_attention_is_reported_with_the_selected_backend(zoo, engines, caplog):
+    """Gemma3 is served with `is_mm_prefix_lm`; vLLM's CPU backend is causal only, so the
+    start-up warning names it and the backends that would give parity."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="hf_bridge"):
+        llm = engines.get(zoo("gemma3"), limit_mm_per_prompt={"image": 2})
+    assert llm.llm_engine.vllm_config.model_config.is_mm_prefix_lm
+    lines = [r.getMessage() for r in caplog.records if "attends bidirectionally" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "the selected attention backend (CPUAttentionBackend) is causal only" in lines[0]
+    assert "Triton, FlexAttention, FlashAttention 4" in lines[0]

@@ -1,0 +1,53 @@
+"""Bidirectional attention within images (Gemma3, PaliGemma): detected, flagged, reported.
+
+Some HF models let the tokens of one image attend to each other in both directions;
+their base model's forward reads `token_type_ids` to build that mask. vLLM reproduces
+it for models it marks `is_mm_prefix_lm` (from the HF config, or a list of model types),
+with the ranges from `is_embed`, on attention backends whose `supports_mm_prefix()` is
+true (Triton, FlexAttention, FlashAttention 4). hf_bridge marks every model it detects,
+not only those on vLLM's list, and says at start-up whether the selected backend gives
+transformers' attention or a causal approximation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+logger = logging.getLogger("hf_bridge")
+
+
+def uses_bidirectional_mm_attention(config) -> bool:
+    """Whether the HF base model reads `token_type_ids` in its forward."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    return cls is not None and "token_type_ids" in inspect.signature(cls.forward).parameters
+
+
+def mark_bidirectional(hf_config) -> bool:
+    """Set `is_mm_prefix_lm` on a detected model's config unless the checkpoint says;
+    vLLM reads it when it rebuilds the model's architecture config, after resolution."""
+    if not hasattr(hf_config, "is_mm_prefix_lm") and uses_bidirectional_mm_attention(hf_config):
+        hf_config.is_mm_prefix_lm = True
+    return bool(getattr(hf_config, "is_mm_prefix_lm", False))
+
+
+def report_bidirectional_attention(model_config, backend) -> None:
+    """One line at start-up: transformers' attention, or a causal approximation."""
+    if not model_config.is_mm_prefix_lm:
+        return
+    model_type = getattr(model_config.hf_config, "model_type", "this model")
+    name = getattr(backend, "__name__", str(backend))
+    if backend is not None and backend.supports_mm_prefix():
+        logger.info("hf_bridge: %s attends bidirectionally within each image; %s does so too.", model_type, name)
+        return
+    logger.warning(
+        "hf_bridge: %s attends bidirectionally within each image (its forward reads token_type_ids), "
+        "but the selected attention backend (%s) is causal only. Hidden states at image positions, the "
+        "log-probs that follow them, and possibly generated tokens, will differ from transformers. "
+        "Backends that give parity: Triton, FlexAttention, FlashAttention 4 (on a GPU).",
+        model_type, name,
+    )
