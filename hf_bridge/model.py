@@ -17,7 +17,6 @@ backend diverges from transformers replaced:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
