@@ -73,8 +73,12 @@ def test_same_image_beside_different_neighbours_generates_identically(zoo, engin
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     pair = parity.Case("pair", 112, num_images=2)
     alone = parity.Case("alone", 112, num_images=1)  # image 0 of `pair`
+    renderer = llm.llm_engine.renderer  # vLLM's front end keeps the processor cache's stats
     with_neighbour = parity.vllm_result(llm, hf_processor, pair)  # warms the caches with A beside B
+    renderer.stat_mm_cache()  # read and reset
     got = parity.vllm_result(llm, hf_processor, alone)
+    stats = renderer.stat_mm_cache()
+    assert (stats.queries, stats.hits) == (1, 1), stats  # A came from the cache
     ref_pair, ref_alone = references(model_dir, [pair, alone])
     assert parity.compare(ref_pair, with_neighbour) == []
     assert parity.compare(ref_alone, got) == []
