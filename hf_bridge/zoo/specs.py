@@ -11,6 +11,7 @@ few layers at small image sizes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -876,14 +877,10 @@ def _qwen3_vl_moe_config(tokenizer):
 
 
 _register(
-    ZooSpec(
+    dataclasses.replace(
+        SPECS["qwen3_vl"],
         name="qwen3_vl_moe",
         make_config=_qwen3_vl_moe_config,
-        make_processor=_qwen3_vl_processor,
-        special_tokens=_QWEN_TOKENS,
-        tokenizer_attributes={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
-        add_bos=False,
-        min_image_side=64,
         notes="Qwen3-VL with 4 experts (top-2) in every decoder layer, stored as fused 3-D tensors; "
         "vLLM resolves it to TransformersMultiModalMoEForCausalLM.",
     )
