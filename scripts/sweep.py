@@ -174,6 +174,9 @@ def render(results: Path) -> str:
         passing[impl] = sorted(types - failing)
     lines += ["", "Types where every case passes (n/a: transformers itself refuses the case):", ""]
     lines += [f"- {impl}: {len(types)} ({', '.join(types)})" for impl, types in passing.items()]
+    worse = [f"{t} {c}" for (t, c), impls in rows.items()
+             if impls.get("in-tree", {}).get("outcome") == "pass" and impls.get("hf_bridge", {}).get("outcome") != "pass"]
+    lines += ["", f"Cases the in-tree backend passes and hf_bridge does not: {', '.join(worse) or 'none'}."]
     return "\n".join(lines) + "\n"
 
 

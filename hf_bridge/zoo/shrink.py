@@ -146,13 +146,20 @@ def align_towers(config: Any, processor: Any) -> None:
 
 
 def shrink(config: Any, sizes: dict) -> None:
-    """Set each field of `sizes` that `config` has (lists indexed by layer are cut to fit)."""
+    """Set each field of `sizes` that `config` has; lists with one entry per layer
+    (`layer_types`, `mlp_layer_types`, ...) are cut to the new depth, keeping one layer
+    of each kind first (a hybrid model keeps its full-attention layer)."""
+    depth = getattr(config, "num_hidden_layers", None)
     for name, value in sizes.items():
         if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)):
             setattr(config, name, value)
     layers = getattr(config, "num_hidden_layers", None)
-    if isinstance(getattr(config, "layer_types", None), list) and layers:
-        config.layer_types = (config.layer_types * layers)[:layers]
+    if not (isinstance(depth, int) and isinstance(layers, int)):
+        return
+    for name, value in list(vars(config).items()):
+        if isinstance(value, list) and len(value) == depth and not name.startswith("_"):
+            kinds = list(dict.fromkeys(v for v in value if isinstance(v, (str, int, bool))))
+            setattr(config, name, (kinds + value)[:layers] if len(kinds) == len(set(map(repr, value))) else value[:layers])
 
 
 def sub_configs(config: Any) -> dict[str, Any]:
