@@ -1,0 +1,46 @@
+"""Types outside the zoo, built by the sweep's generic shrinker, keep strict parity.
+
+A representative few from COVERAGE.md, so the shrinker and those types cannot rot
+between sweeps: Cohere2-Vision (tiles with line-break markers), GLM-4V (M-RoPE with
+partial rotary, video processor) and DeepSeek-VL (a processor that cannot count its
+tokens). Each is built from transformers' default config and processor classes alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hf_bridge.validate import parity
+from hf_bridge.validate.reference import references
+
+TYPES = ["cohere2_vision", "glm4v", "deepseek_vl"]
+
+
+@pytest.fixture(scope="module")
+def generic_checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("generic")
+    code = (
+        "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; "
+        "[build_sweep_model(t, Path(sys.argv[1]) / t) for t in sys.argv[2:]]"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(root), *TYPES], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {t: root / t for t in TYPES}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("model_type", TYPES)
+@pytest.mark.parametrize("case", ["one_image", "text_only"])
+def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engines):
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints[model_type]
+    the_case = parity.standard_cases(64)[case]
+    (reference,) = references(model_dir, [the_case])
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
+    assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
