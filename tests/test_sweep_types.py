@@ -4,6 +4,9 @@ A representative few from COVERAGE.md, so the shrinker and those types cannot ro
 between sweeps: Cohere2-Vision (tiles with line-break markers), GLM-4V (M-RoPE with
 partial rotary, video processor) and DeepSeek-VL (a processor that cannot count its
 tokens). Each is built from transformers' default config and processor classes alone.
+
+Named to run after `test_model_layers`: an engine decorates the HF classes it serves
+in place (Cohere2's among them), and that module builds plain HF heads in-process.
 """
 
 from __future__ import annotations
