@@ -19,7 +19,7 @@ from .side_features import side_levels, widen
 def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hidden_size: int, side_features: bool = False) -> torch.Tensor:
     """One row of width `hidden_size` per embedding position, items in order; with
     `side_features`, the multi-level features the decoder adds ride along as columns."""
-    get_features = getattr(hf_model, f"get_{modality}_features")
+    get_features = features_entry(hf_model, modality)
     accepted = accepted_kwargs(get_features)
     device = next(hf_model.parameters()).device
     fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
@@ -33,6 +33,17 @@ def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hid
         features = [features]
     rows = torch.cat([f.reshape(-1, hidden_size) for f in features])
     return widen(rows, side_levels(output)) if side_features else rows
+
+
+def features_entry(hf_model: torch.nn.Module, modality: str):
+    """The HF model's `get_<modality>_features`. Videos fall back to the image entry where
+    the model has no video one: its forward encodes video frames as images (Perception LM)."""
+    entry = getattr(hf_model, f"get_{modality}_features", None)
+    if entry is None and modality == "video":
+        entry = getattr(hf_model, "get_image_features", None)
+    if entry is None:
+        raise AttributeError(f"{type(hf_model).__name__} has no get_{modality}_features: hf_bridge cannot encode its {modality} items")
+    return entry
 
 
 def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:

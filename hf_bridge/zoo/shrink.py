@@ -54,6 +54,8 @@ class Override:
     """Tokens the model looks up by their exact string (Emu3's `<image>`)."""
     sub_processors: dict[str, dict] = field(default_factory=dict)
     """Constructor kwargs per sub-processor attribute (`image_processor`, ...)."""
+    processor: dict[str, Any] = field(default_factory=dict)
+    """Constructor kwargs of the processor itself."""
     configure: Callable[[Any, Any], None] | None = None
     """`configure(config, tokenizer)`, after the generic shrink."""
 
@@ -72,7 +74,30 @@ def _emu3(config, tokenizer) -> None:
         setattr(vq, name, value)
 
 
+PERCEPTION_LM_TILE = 64
+"""Perception LM's tile side: 4x4 patches of 16 px, pooled 2x2, per tile."""
+
+
+def _perception_lm(config, tokenizer) -> None:
+    """Its default tower is timm's ResNet-50 (no `embed_dim`); real checkpoints use PE-Core."""
+    from transformers import TimmWrapperConfig
+
+    config.vision_config = TimmWrapperConfig(
+        architecture="vit_pe_core_tiny_patch16_384",
+        model_args=dict(embed_dim=32, depth=2, num_heads=2, img_size=PERCEPTION_LM_TILE),
+    )
+    config.projector_pooling_ratio = 2
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
+    "perception_lm": Override(
+        sub_processors={
+            "image_processor": dict(tile_size=PERCEPTION_LM_TILE, max_num_tiles=4, size={"height": PERCEPTION_LM_TILE, "width": PERCEPTION_LM_TILE}),
+            "video_processor": dict(size={"height": PERCEPTION_LM_TILE, "width": PERCEPTION_LM_TILE}),
+        },
+        processor=dict(patch_size=16, pooling_ratio=2),
+        configure=_perception_lm,
+    ),
     # its default draws timestamps on frames with a font file no offline machine has
     "ernie4_5_vl_moe": Override(sub_processors={"video_processor": dict(draw_on_frames=False)}),
     "emu3": Override(
@@ -126,16 +151,20 @@ def mrope_sections(text: Any) -> list[int]:
     return [section * half // sum(MROPE_SECTIONS) for section in MROPE_SECTIONS]
 
 
-def _reads_mrope_sections(model_type: str) -> bool:
-    source = inspect.getsource(inspect.getmodule(generation_class(model_type)))
-    return "mrope_section" in source
+def _reads_mrope_sections(model_type: str, text: Any) -> bool:
+    """Whether the generation class's module, or its text model's (GLM-4.6V reuses
+    GLM-4V's text model), reads `mrope_section`."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    classes = [generation_class(model_type), getattr(transformers, str(modeling_auto.MODEL_MAPPING_NAMES.get(text.model_type)), None)]
+    return any("mrope_section" in inspect.getsource(inspect.getmodule(cls)) for cls in classes if cls is not None)
 
 
 def align_towers(config: Any, processor: Any) -> None:
     """Make each tower's image and patch size the processor's, where the defaults disagree."""
     image_processor = getattr(processor, "image_processor", None)
-    size = getattr(image_processor, "size", None)
-    height = getattr(size, "height", None) if size is not None and not isinstance(size, dict) else (size or {}).get("height")
+    height = _output_height(image_processor)
     patch = getattr(image_processor, "patch_size", None)
     patch = patch if isinstance(patch, int) else None
     for sub in sub_configs(config).values():
@@ -143,6 +172,18 @@ def align_towers(config: Any, processor: Any) -> None:
             sub.image_size = height
         if isinstance(getattr(sub, "patch_size", None), int) and patch:
             sub.patch_size = patch
+
+
+def _output_height(image_processor: Any) -> int | None:
+    """The side of the images the processor gives the tower: its crop where it crops (CLIP),
+    else its size's height or shortest edge."""
+    def side(size: Any) -> int | None:
+        size = size if size is None or isinstance(size, dict) else vars(size)
+        return (size or {}).get("height") or (size or {}).get("shortest_edge")
+
+    if getattr(image_processor, "do_center_crop", False) and side(getattr(image_processor, "crop_size", None)):
+        return side(image_processor.crop_size)
+    return side(getattr(image_processor, "size", None))
 
 
 def shrink(config: Any, sizes: dict) -> None:
@@ -162,6 +203,32 @@ def shrink(config: Any, sizes: dict) -> None:
             setattr(config, name, (kinds + value)[:layers] if len(kinds) == len(set(map(repr, value))) else value[:layers])
 
 
+def use_own_text_config(config: Any, model_type: str) -> None:
+    """Give a type whose default text config is borrowed (Granite4-Vision's is Llama's) the
+    `<type>_text` config its own text model reads, as its real checkpoints do."""
+    from transformers import CONFIG_MAPPING
+
+    own = f"{model_type}_text"
+    text = getattr(config, "text_config", None)
+    if own in CONFIG_MAPPING and text is not None and text.model_type != own:
+        config.text_config = CONFIG_MAPPING[own]()
+
+
+def clamp_feature_layers(config: Any) -> None:
+    """Keep the hidden-state indices a projector reads (`vision_feature_layers`, VipLLaVA
+    reads five down to -11) inside the shrunk tower: its depth + 1 states."""
+    tower = next((c for n, c in sub_configs(config).items() if "vision" in n), None)
+    depth = getattr(tower, "num_hidden_layers", None)
+    if not isinstance(depth, int):
+        return
+    for name in ("vision_feature_layer", "vision_feature_layers"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            setattr(config, name, max(-depth - 1, min(depth, value)))
+        elif isinstance(value, (list, tuple)):
+            setattr(config, name, [max(-depth - 1, min(depth, v)) for v in value])
+
+
 def sub_configs(config: Any) -> dict[str, Any]:
     return {name: getattr(config, name) for name in getattr(config, "sub_configs", {}) if getattr(config, name, None) is not None}
 
@@ -171,6 +238,7 @@ def make_config(model_type: str):
         from transformers import AutoConfig
 
         config = AutoConfig.for_model(model_type)
+        use_own_text_config(config, model_type)
         text = config.get_text_config()
         for name, sub in sub_configs(config).items():
             if sub is not text:
@@ -180,8 +248,9 @@ def make_config(model_type: str):
             for name in ("out_hidden_size", "projection_dim", "text_hidden_size"):
                 if hasattr(sub, name):
                     setattr(sub, name, text.hidden_size)
-        if _reads_mrope_sections(model_type) and isinstance(getattr(text, "rope_parameters", None), dict):
+        if _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict):
             text.rope_parameters["mrope_section"] = mrope_sections(text)
+        clamp_feature_layers(config)
         config.tie_word_embeddings = False
         override = RECIPE_OVERRIDES.get(model_type)
         if override is not None and override.configure is not None:
@@ -206,13 +275,26 @@ def make_processor(model_type: str):
                 continue
             kwargs = RECIPE_OVERRIDES.get(model_type, Override()).sub_processors.get(name, {})
             parts[name] = _sub_processor_class(model_type, name)(**kwargs)
-        processor = cls(**parts)
+        settings = dict(settings_from_config(cls, model_type), **RECIPE_OVERRIDES.get(model_type, Override()).processor)
+        processor = cls(**parts, **settings)
         if getattr(processor, "chat_template", None) is None:  # the generic one, with its tokens
             image, video = (getattr(processor, f"{m}_token", "") or "" for m in ("image", "video"))
             processor.chat_template = chat_template(image=image, video=video)
         return processor
 
     return make
+
+
+def settings_from_config(processor_cls, model_type: str) -> dict:
+    """The processor's unset settings that the model's config names (LLaVA's `patch_size`),
+    as a real checkpoint's `processor_config.json` carries them."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    levels = [config, *sub_configs(config).values()]
+    unset = [name for name, p in inspect.signature(processor_cls.__init__).parameters.items() if p.default is None]
+    found = {name: next((getattr(c, name) for c in levels if getattr(c, name, None) is not None), None) for name in unset}
+    return {name: value for name, value in found.items() if isinstance(value, (int, str))}
 
 
 def _sub_processor_class(model_type: str, attribute: str):
