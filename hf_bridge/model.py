@@ -34,6 +34,7 @@ from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .bidirectional import report_bidirectional_attention
+from .checkpoint_layout import transformers_layout
 from .head import HFLogitsHead
 from .side_features import SideFeatures, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
@@ -75,6 +76,10 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
             self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
+
+    def load_weights(self, weights):
+        """A checkpoint in its model's original layout loads as in transformers."""
+        return super().load_weights(transformers_layout(weights, self.config, self.model))
 
     def _attention_backend(self):
         """The attention backend vLLM selected for the text model's layers."""

@@ -50,6 +50,19 @@ VIDEO_FPS = 2.0
 """The frame rate blank and test videos claim, for processors that sample frames by time."""
 
 AUDIO_SECONDS = 1.0
+"""The length of a blank clip (any length a feature extractor takes)."""
+
+
+def longest_audio_seconds(processor: Any) -> float:
+    """The longest clip the feature extractor takes whole (Whisper-style `chunk_length`,
+    `n_samples`), where it says; else `AUDIO_SECONDS`."""
+    extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
+    rate = getattr(extractor, "sampling_rate", None)
+    samples = getattr(extractor, "n_samples", None)
+    if isinstance(samples, int) and isinstance(rate, int) and rate > 0:
+        return samples / rate
+    chunk = getattr(extractor, "chunk_length", None)
+    return float(chunk) if isinstance(chunk, (int, float)) and chunk > 0 else AUDIO_SECONDS
 
 
 Call = Callable[[Mapping[str, object], Mapping[str, object]], Any]
@@ -111,8 +124,9 @@ def blank_shapes(processor: Any, modality: str) -> list[BlankShape]:
     return shapes
 
 
-def blank_items(processor: Any, modality: str, count: int, shape: BlankShape) -> dict[str, list]:
-    """`count` blank items of `modality`, keyed as `ProcessorMixin.__call__` takes them."""
+def blank_items(processor: Any, modality: str, count: int, shape: BlankShape, seconds: float = AUDIO_SECONDS) -> dict[str, list]:
+    """`count` blank items of `modality`, keyed as `ProcessorMixin.__call__` takes them;
+    clips last `seconds`."""
     import numpy as np
     from PIL import Image
 
@@ -127,7 +141,7 @@ def blank_items(processor: Any, modality: str, count: int, shape: BlankShape) ->
     if modality == "audio":
         extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
         rate = int(getattr(extractor, "sampling_rate", 16000))
-        return {"audio": [np.zeros(int(rate * AUDIO_SECONDS), dtype=np.float32) for _ in range(count)]}
+        return {"audio": [np.zeros(int(rate * seconds), dtype=np.float32) for _ in range(count)]}
     raise ValueError(f"hf_bridge cannot make a blank {modality} item to probe the processor with")
 
 
@@ -267,12 +281,15 @@ class ProcessorProbe:
             except ValueError:
                 raise flat_error  # noqa: B904 - its cause is the processor's own error
 
-    def blank(self, modality: str, count: int = 1, width: int | None = None, height: int | None = None, frames: int | None = None):
+    def blank(
+        self, modality: str, count: int = 1, width: int | None = None, height: int | None = None,
+        frames: int | None = None, seconds: float = AUDIO_SECONDS,
+    ):
         """`count` blank items of the shape this processor accepts (see `BLANK_SHAPES`),
-        with any of its sides replaced."""
+        with any of its sides (a clip's length) replaced."""
         shape = self.blank_shape(modality)
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
-        return blank_items(self.processor, modality, count, shape)
+        return blank_items(self.processor, modality, count, shape, seconds)
 
     def blank_shape(self, modality: str) -> BlankShape:
         if modality not in self._blank_shapes:

@@ -34,7 +34,7 @@ from vllm.multimodal.parse import ImageSize, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
 from . import errors, frame, placeholders, split
-from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe
+from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, longest_audio_seconds
 
 logger = init_logger(__name__)
 
@@ -63,7 +63,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._counted: dict[tuple[str, int, int, int], int] = {}
+        self._counted: dict[tuple, int] = {}
         """Placeholder lengths of blank items, by (modality, width, height, frames)."""
 
     @cached_property
@@ -154,6 +154,19 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         size = self.get_video_size_with_most_features(num_frames)
         counted = self._get_num_video_tokens(num_frames, size)
         return max(counted, self._count_from_output("video", size, num_frames))
+
+    def get_max_audio_tokens(self) -> int:
+        """The config's audio length where it names one, and the placeholder of the longest
+        clip the feature extractor takes, counted; the larger (Qwen3-ASR's config names none)."""
+        try:
+            named = super().get_max_audio_tokens()
+        except ValueError:
+            named = 0
+        seconds = longest_audio_seconds(self.probes.processor)
+        if ("audio", seconds) not in self._counted:
+            item = self.probes.blank("audio", 1, seconds=seconds)
+            self._counted[("audio", seconds)] = len(self.probes.probe("audio", item, self.probes.default_kwargs)[1])
+        return max(named, self._counted[("audio", seconds)])
 
     def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
         """Placeholder length of one blank item of `size`, read off processed output.

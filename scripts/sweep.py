@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ["one_image", "two_images", "text_only", "video"]
+CASES = {"one_image": "image", "two_images": "image", "text_only": "text", "video": "video", "audio": "audio"}
+"""Each standard case, with the modality the processor needs for it."""
 IMPLS = {"hf_bridge": {}, "in-tree": {"HF_BRIDGE_DISABLE": "1"}, "native": {}}
 WORKER_TIMEOUT = 900
 
@@ -62,7 +63,7 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
 
     processor = AutoProcessor.from_pretrained(model_dir)
     standard = parity.standard_cases(side)
-    limits = {"image": 2, "video": 1} if "video" in cases else {"image": 2}
+    limits = {CASES[c]: 2 if c == "two_images" else 1 for c in cases if CASES[c] != "text"}
     kwargs = {"model_impl": "vllm" if impl == "native" else "transformers", "limit_mm_per_prompt": limits}
     llm = None
     for case in cases:
@@ -102,13 +103,13 @@ SEEDS = 4
 degenerate (a random tiny model may repeat one token, which would prove little)."""
 
 
-def build(model_type: str, cache: Path) -> tuple[Path, int, bool]:
-    """(checkpoint, image side, has video); raises with the builder's error."""
+def build(model_type: str, cache: Path) -> tuple[Path, int, list[str]]:
+    """(checkpoint, image side, its cases); raises with the builder's error."""
     from hf_bridge.zoo import SPECS, build as build_zoo
 
     if model_type in SPECS:
         spec = SPECS[model_type]
-        return build_zoo(model_type), spec.min_image_side, spec.has_video
+        return build_zoo(model_type), spec.min_image_side, [c for c in CASES if c != "audio" and (c != "video" or spec.has_video)]
     directory = cache / model_type
     code = "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; build_sweep_model(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))"
     tried = {}
@@ -116,14 +117,26 @@ def build(model_type: str, cache: Path) -> tuple[Path, int, bool]:
         done = subprocess.run([sys.executable, "-c", code, model_type, str(directory), str(seed)], capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip().splitlines()[-1][:240] if done.stderr.strip() else "build failed")
-        has_video = (directory / "video_preprocessor_config.json").exists() or "video_processor" in (directory / "processor_config.json").read_text()
-        tried[seed] = degenerate_cases(directory, [c for c in CASES if c != "video" or has_video])
+        cases = cases_of(directory)
+        tried[seed] = degenerate_cases(directory, cases)
         if not tried[seed]:
             break
     best = min(tried, key=lambda s: len(tried[s]))
     if best != seed:
         subprocess.run([sys.executable, "-c", code, model_type, str(directory), str(best)], check=True, capture_output=True, timeout=600)
-    return directory, 64, has_video
+    return directory, 64, cases
+
+
+def cases_of(model_dir: Path) -> list[str]:
+    """The standard cases whose modality the checkpoint's processor has (text always)."""
+    saved = " ".join(p.read_text() for p in model_dir.glob("*.json") if "processor" in p.name or "preprocessor" in p.name)
+    has = {
+        "text": True,
+        "image": "image_processor" in saved or (model_dir / "preprocessor_config.json").exists(),
+        "video": "video_processor" in saved or (model_dir / "video_preprocessor_config.json").exists(),
+        "audio": "feature_extractor" in saved or "audio_processor" in saved,
+    }
+    return [c for c, modality in CASES.items() if has[modality]]
 
 
 def degenerate_cases(model_dir: Path, cases: list[str]) -> list[str]:
@@ -152,12 +165,11 @@ def sweep_type(model_type: str, cache: Path, results: Path) -> None:
             record(impl, "*", "not swept", "encoder-decoder: neither hf_bridge nor vLLM's Transformers backend serves it")
         return
     try:
-        model_dir, side, has_video = build(model_type, cache)
+        model_dir, side, cases = build(model_type, cache)
     except Exception as exc:  # noqa: BLE001 - recorded with its cause
         for impl in IMPLS:
             record(impl, "*", "not built", f"{type(exc).__name__}: {_line(exc)}")
         return
-    cases = [c for c in CASES if c != "video" or has_video]
     for impl, env in IMPLS.items():
         cmd = [sys.executable, __file__, "--worker", impl, str(model_dir), ",".join(cases), str(side)]
         try:

@@ -2,8 +2,11 @@
 
 A representative few from COVERAGE.md, so the shrinker and those types cannot rot
 between sweeps: Cohere2-Vision (tiles with line-break markers), GLM-4V (M-RoPE with
-partial rotary, video processor) and DeepSeek-VL (a processor that cannot count its
-tokens). Each is built from transformers' default config and processor classes alone.
+partial rotary, video processor), DeepSeek-VL (a processor that cannot count its
+tokens), GLM-ASR (audio; a checkpoint in its original layout, which transformers
+renames at load time) and Perception LM (a timm tower; videos encoded through
+`get_image_features`). Each is built from transformers' default config and processor
+classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -19,7 +22,15 @@ import pytest
 from hf_bridge.validate import parity
 from hf_bridge.validate.reference import references
 
-TYPES = ["cohere2_vision", "glm4v", "deepseek_vl"]
+CASES = {
+    "cohere2_vision": ["one_image", "text_only"],
+    "glm4v": ["one_image", "text_only"],
+    "deepseek_vl": ["one_image", "text_only"],
+    "glmasr": ["audio"],
+    "perception_lm": ["video"],
+}
+TYPES = list(CASES)
+LIMITS = {"image": 2, "video": 1, "audio": 1}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +46,7 @@ def generic_checkpoints(tmp_path_factory):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("model_type", TYPES)
-@pytest.mark.parametrize("case", ["one_image", "text_only"])
+@pytest.mark.parametrize(("model_type", "case"), [(t, c) for t, cases in CASES.items() for c in cases])
 def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engines):
     from transformers import AutoProcessor
 
@@ -45,5 +55,10 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
     (reference,) = references(model_dir, [the_case])
     assert not parity.is_degenerate(reference.tokens), reference.tokens
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
+
+
+def modalities(processor) -> set[str]:
+    subs = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
+    return {m for m, attribute in subs.items() if getattr(processor, attribute, None) is not None}

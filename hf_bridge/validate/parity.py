@@ -30,7 +30,8 @@ MAX_NEW_TOKENS = 8
 class Case:
     """One prompt, defined by plain parameters so it can be rebuilt in another process.
 
-    Its media are deterministic: image i is a textured `side`-based image of seed i+1.
+    Its media are deterministic: image i is a textured `side`-based image of seed i+1,
+    audio clip i a chirp with noise of seed i+1.
     """
 
     name: str
@@ -38,6 +39,7 @@ class Case:
     num_images: int = 0
     num_videos: int = 0
     text: str = "Describe what you see."
+    num_audios: int = 0
 
     @property
     def images(self) -> list[Any]:
@@ -48,13 +50,21 @@ class Case:
     def videos(self) -> list[Any]:
         return [test_video(seed=7 + i) for i in range(self.num_videos)]
 
+    @property
+    def audios(self) -> list[np.ndarray]:
+        return [test_audio(seconds=1.0 + 0.5 * i, seed=i + 1) for i in range(self.num_audios)]
+
     def messages(self) -> list[dict]:
-        content = [{"type": "image"}] * self.num_images + [{"type": "video"}] * self.num_videos
+        counts = {"image": self.num_images, "video": self.num_videos, "audio": self.num_audios}
+        content = [{"type": kind} for kind, n in counts.items() for _ in range(n)]
         content = [dict(c) for c in content] + [{"type": "text", "text": self.text}]
         return [{"role": "user", "content": content}]
 
     def key(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if not self.num_audios:  # keys of cases without audio read as before it existed
+            del fields["num_audios"]
+        return json.dumps(fields, sort_keys=True)
 
 
 def test_image(width: int, height: int, seed: int):
@@ -73,6 +83,18 @@ def test_video(num_frames: int = 4, width: int = 112, height: int = 112, seed: i
     return np.stack(frames)
 
 
+AUDIO_SAMPLING_RATE = 16_000
+"""Test clips are sampled as speech models expect (the feature extractors' default)."""
+
+
+def test_audio(seconds: float = 1.0, seed: int = 1) -> np.ndarray:
+    """A deterministic clip: a rising tone plus noise, float32 at `AUDIO_SAMPLING_RATE`."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * AUDIO_SAMPLING_RATE)) / AUDIO_SAMPLING_RATE
+    tone = 0.5 * np.sin(2 * np.pi * (200 + 300 * seed) * t * (1 + t))
+    return (tone + 0.05 * rng.normal(size=t.shape)).astype(np.float32)
+
+
 def standard_cases(side: int) -> dict[str, Case]:
     """The cases every zoo model runs: `side` is large enough for >= 2 tiles."""
     return {
@@ -80,6 +102,7 @@ def standard_cases(side: int) -> dict[str, Case]:
         "two_images": Case("two_images", side, num_images=2, text="Compare the two images."),
         "text_only": Case("text_only", side, text="Tell me about the weather today."),
         "video": Case("video", side, num_videos=1, text="Summarize the video."),
+        "audio": Case("audio", side, num_audios=1, text="Transcribe the audio."),
     }
 
 
@@ -98,7 +121,8 @@ def prompt_text(processor, case: Case) -> str:
     inserts the items itself, as Fuyu's does)."""
     if getattr(processor, "chat_template", None) is not None:
         return processor.apply_chat_template(case.messages(), add_generation_prompt=True)
-    tokens = getattr(processor, "image_token", "") * case.num_images + getattr(processor, "video_token", "") * case.num_videos
+    counts = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
+    tokens = "".join((getattr(processor, f"{kind}_token", "") or "") * n for kind, n in counts.items())
     if tokens:
         try:
             _call(processor, tokens + case.text, case)
@@ -120,6 +144,8 @@ def _call(processor, text: str, case: Case, **extra):
         kwargs["videos"] = case.videos
         if needs_video_metadata(processor):
             kwargs["video_metadata"] = [video_metadata(len(v)) for v in kwargs["videos"]]
+    if case.num_audios:
+        kwargs["audio"] = case.audios
     try:
         return processor(text=[text], **kwargs, **extra)
     except ValueError:
@@ -129,13 +155,24 @@ def _call(processor, text: str, case: Case, **extra):
         return processor(text=[text], **nested, **extra)
 
 
+def load_generation_model(model_dir: str | Path):
+    """The class a transformers user generates with, in float32: image-text-to-text, else
+    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoModelForMultimodalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    auto = AutoModelForImageTextToText if type(config) in AutoModelForImageTextToText._model_mapping else AutoModelForMultimodalLM
+    return auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
     """Greedy generation and log-probs from transformers itself (float32)."""
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
     processor = processor or AutoProcessor.from_pretrained(model_dir)
-    model = model or AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = model or load_generation_model(model_dir)
     inputs = hf_inputs(processor, case)
     inputs.pop("labels", None)  # PaliGemma's processor adds training labels
     prompt_len = inputs["input_ids"].shape[1]
@@ -169,6 +206,9 @@ def vllm_request(processor, case: Case) -> dict:
         if needs_video_metadata(processor):
             videos = [(v, {**video_metadata(len(v)), "do_sample_frames": True}) for v in videos]
         mm["video"] = videos if case.num_videos > 1 else videos[0]
+    if case.num_audios:
+        audios = [(a, AUDIO_SAMPLING_RATE) for a in case.audios]
+        mm["audio"] = audios if case.num_audios > 1 else audios[0]
     if mm:
         request["multi_modal_data"] = mm
     return request

@@ -62,11 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
 
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(args.model_dir)
-    model = AutoModelForImageTextToText.from_pretrained(args.model_dir, dtype=torch.float32).eval()
+    model = parity.load_generation_model(args.model_dir)
     results = {}
     for key in args.cases:
         case = parity.Case(**json.loads(key))

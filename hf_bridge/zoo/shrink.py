@@ -31,7 +31,7 @@ TEXT_SIZES = dict(
     head_dim=32, max_position_embeddings=4096, max_window_layers=2,
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
     n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=32, qk_rope_head_dim=16,
-    qk_nope_head_dim=16, v_head_dim=32,
+    qk_nope_head_dim=16, v_head_dim=32, n_group=1, topk_group=1,
 )
 """Text-model geometry: 64 wide, 2 layers, head_dim 32 (a size vLLM's CPU attention has)."""
 VISION_SIZES = dict(
@@ -89,7 +89,19 @@ def _perception_lm(config, tokenizer) -> None:
     config.projector_pooling_ratio = 2
 
 
+def _cohere_compass(config, tokenizer) -> None:
+    """Its default config names no RoPE parameters, though its rotary embedding reads
+    them per layer type (transformers warns "no RoPE parameters were found")."""
+    text = config.get_text_config()
+    shared = {"rope_type": "default", "rope_theta": 10000.0, **(text.rope_parameters or {})}
+    if not set(shared) & set(text.layer_types):
+        text.rope_parameters = {kind: dict(shared) for kind in set(text.layer_types)}
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
+    "cohere_compass": Override(configure=_cohere_compass),
+    # its default 384 px tiles are no multiple of the tower's 14 px patches; checkpoints use 448
+    "qianfan_ocr": Override(sub_processors={"image_processor": dict(size={"height": 448, "width": 448})}),
     "perception_lm": Override(
         sub_processors={
             "image_processor": dict(tile_size=PERCEPTION_LM_TILE, max_num_tiles=4, size={"height": PERCEPTION_LM_TILE, "width": PERCEPTION_LM_TILE}),
@@ -162,12 +174,17 @@ def _reads_mrope_sections(model_type: str, text: Any) -> bool:
 
 
 def align_towers(config: Any, processor: Any) -> None:
-    """Make each tower's image and patch size the processor's, where the defaults disagree."""
+    """Make each tower's image and patch size (an audio tower's mel bins) the processor's,
+    where the defaults disagree."""
     image_processor = getattr(processor, "image_processor", None)
     height = _output_height(image_processor)
     patch = getattr(image_processor, "patch_size", None)
     patch = patch if isinstance(patch, int) else None
+    extractor = getattr(processor, "feature_extractor", None)
+    mel_bins = getattr(extractor, "feature_size", None)
     for sub in sub_configs(config).values():
+        if isinstance(getattr(sub, "num_mel_bins", None), int) and isinstance(mel_bins, int):
+            sub.num_mel_bins = mel_bins  # an audio tower reads the extractor's mel bins
         if isinstance(getattr(sub, "image_size", None), int) and isinstance(height, int):
             sub.image_size = height
         if isinstance(getattr(sub, "patch_size", None), int) and patch:
@@ -214,6 +231,27 @@ def use_own_text_config(config: Any, model_type: str) -> None:
         config.text_config = CONFIG_MAPPING[own]()
 
 
+def rederived(config: Any) -> Any:
+    """`config` rebuilt from its declared fields, so those it derives follow the shrink
+    (DeepSeek-V3's MLA `qk_head_dim` and rotary `head_dim`)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(config):
+        return config
+    declared = {f.name for f in dataclasses.fields(config)}
+    return type(config)(**{k: v for k, v in config.to_dict().items() if k in declared})
+
+
+def follow_tower_widths(config: Any, widths: dict[str, int | None]) -> None:
+    """Top-level `*hidden_size` fields that repeated a tower's width (Kimi-K2.5's
+    `projection_hidden_size`) take its shrunk width."""
+    for name, width in widths.items():
+        new = getattr(getattr(config, name), "hidden_size", None)
+        for field_name, value in list(vars(config).items()):
+            if field_name.endswith("hidden_size") and isinstance(width, int) and value == width:
+                setattr(config, field_name, new)
+
+
 def clamp_feature_layers(config: Any) -> None:
     """Keep the hidden-state indices a projector reads (`vision_feature_layers`, VipLLaVA
     reads five down to -11) inside the shrunk tower: its depth + 1 states."""
@@ -240,12 +278,16 @@ def make_config(model_type: str):
         config = AutoConfig.for_model(model_type)
         use_own_text_config(config, model_type)
         text = config.get_text_config()
+        widths = {name: getattr(sub, "hidden_size", None) for name, sub in sub_configs(config).items() if sub is not text}
         for name, sub in sub_configs(config).items():
             if sub is not text:
                 shrink(sub, VISION_SIZES)
+        follow_tower_widths(config, widths)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
+        if getattr(config, "text_config", None) is text:
+            config.text_config = text = rederived(text)
         for sub in sub_configs(config).values():
-            for name in ("out_hidden_size", "projection_dim", "text_hidden_size"):
+            for name in ("out_hidden_size", "projection_dim", "text_hidden_size", "output_dim"):
                 if hasattr(sub, name):
                     setattr(sub, name, text.hidden_size)
         if _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict):
@@ -277,12 +319,23 @@ def make_processor(model_type: str):
             parts[name] = _sub_processor_class(model_type, name)(**kwargs)
         settings = dict(settings_from_config(cls, model_type), **RECIPE_OVERRIDES.get(model_type, Override()).processor)
         processor = cls(**parts, **settings)
+        match_patch_geometry(processor)
         if getattr(processor, "chat_template", None) is None:  # the generic one, with its tokens
-            image, video = (getattr(processor, f"{m}_token", "") or "" for m in ("image", "video"))
-            processor.chat_template = chat_template(image=image, video=video)
+            image, video, audio = (getattr(processor, f"{m}_token", "") or "" for m in ("image", "video", "audio"))
+            processor.chat_template = chat_template(image=image, video=video, audio=audio)
         return processor
 
     return make
+
+
+def match_patch_geometry(processor: Any) -> None:
+    """Give the video processor the image processor's patch geometry where their defaults
+    differ (Cohere Compass: 16 px against 14 px): one tower encodes both."""
+    image, video = getattr(processor, "image_processor", None), getattr(processor, "video_processor", None)
+    for name in ("patch_size", "temporal_patch_size", "merge_size"):
+        value = getattr(image, name, None)
+        if isinstance(value, int) and isinstance(getattr(video, name, None), int):
+            setattr(video, name, value)
 
 
 def settings_from_config(processor_cls, model_type: str) -> dict:

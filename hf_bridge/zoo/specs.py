@@ -44,6 +44,7 @@ GENERIC_CHAT_TEMPLATE = (
     "{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}{{ IMAGE }}"
     "{% elif part['type'] == 'video' %}{{ VIDEO }}"
+    "{% elif part['type'] == 'audio' %}{{ AUDIO }}"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}\n"
     "{% endfor %}"
@@ -51,9 +52,9 @@ GENERIC_CHAT_TEMPLATE = (
 )
 
 
-def chat_template(image: str = "", video: str = "") -> str:
+def chat_template(image: str = "", video: str = "", audio: str = "") -> str:
     """The generic template with this model's placeholder strings baked in."""
-    return GENERIC_CHAT_TEMPLATE.replace("{{ IMAGE }}", image).replace("{{ VIDEO }}", video)
+    return GENERIC_CHAT_TEMPLATE.replace("{{ IMAGE }}", image).replace("{{ VIDEO }}", video).replace("{{ AUDIO }}", audio)
 
 
 @dataclass(frozen=True)

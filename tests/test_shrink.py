@@ -1,0 +1,67 @@
+"""The generic shrinker's rules, each on the transformers default that needs it (no engine)."""
+
+from __future__ import annotations
+
+from hf_bridge.zoo import shrink
+
+
+def test_derived_text_fields_follow_the_shrink():
+    """DeepSeek-V3 derives its MLA `qk_head_dim` and rotary `head_dim`; stale ones broke Kimi-K2.5."""
+    from transformers import DeepseekV3Config
+
+    config = DeepseekV3Config()
+    shrink.shrink(config, shrink.TEXT_SIZES)
+    config = shrink.rederived(config)
+    assert config.qk_head_dim == shrink.TEXT_SIZES["qk_nope_head_dim"] + shrink.TEXT_SIZES["qk_rope_head_dim"]
+    assert config.head_dim == shrink.TEXT_SIZES["qk_rope_head_dim"]
+    assert config.n_routed_experts % config.n_group == 0
+
+
+def test_processor_settings_come_from_the_config():
+    """LLaVA-style processors leave `patch_size` unset; checkpoints carry the tower's."""
+    from transformers import AutoConfig
+
+    settings = shrink.settings_from_config(shrink.processor_class("vipllava"), "vipllava")
+    assert settings["patch_size"] == AutoConfig.for_model("vipllava").vision_config.patch_size
+
+
+def test_feature_layers_stay_inside_the_shrunk_tower():
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("vipllava")
+    shrink.shrink(config.vision_config, shrink.VISION_SIZES)
+    shrink.clamp_feature_layers(config)
+    depth = config.vision_config.num_hidden_layers
+    assert all(-depth - 1 <= layer <= depth for layer in config.vision_feature_layers)
+    assert len(config.vision_feature_layers) == 5  # the projector's input width is unchanged
+
+
+def test_video_processor_takes_the_image_processor_patch_geometry():
+    processor = shrink.make_processor("cohere_compass")(_tokenizer("cohere_compass"))
+    for name in ("patch_size", "temporal_patch_size", "merge_size"):
+        assert getattr(processor.video_processor, name) == getattr(processor.image_processor, name)
+
+
+def test_audio_tower_reads_the_extractor_mel_bins():
+    config = shrink.make_config("glmasr")(_tokenizer("glmasr"))
+    processor = shrink.make_processor("glmasr")(_tokenizer("glmasr"))
+    assert config.audio_config.num_mel_bins == processor.feature_extractor.feature_size
+
+
+def test_longest_audio_is_what_the_extractor_takes_whole():
+    from transformers import WhisperFeatureExtractor
+
+    from hf_bridge.probes import AUDIO_SECONDS, longest_audio_seconds
+
+    class Processor:
+        feature_extractor = WhisperFeatureExtractor(chunk_length=30)
+
+    assert longest_audio_seconds(Processor()) == 30.0
+    assert longest_audio_seconds(object()) == AUDIO_SECONDS
+
+
+def _tokenizer(model_type: str):
+    from hf_bridge.zoo.tokenizer import build_tokenizer
+
+    spec = shrink.generic_spec(model_type)
+    return build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
