@@ -14,7 +14,9 @@ from __future__ import annotations
 import inspect
 import logging
 
-logger = logging.getLogger("hf_bridge")
+from . import LOGGER_NAME
+
+logger = logging.getLogger(LOGGER_NAME)
 
 
 def uses_bidirectional_mm_attention(config) -> bool:

@@ -6,55 +6,68 @@ tensors (Kimi-K2.5's fused `wqkv`, with a RoPE permutation). Its `save_pretraine
 that original layout back, and the hub holds it. vLLM's Transformers backend applies
 only the renamings it finds on the base model, so such a checkpoint does not load.
 `transformers_layout` applies the generation class's own transforms, with transformers'
-own `WeightRenaming`/`WeightConverter` objects, before vLLM's name mapping sees the stream.
+own `WeightRenaming`/`WeightConverter` objects, before vLLM's name mapping sees the stream;
+converters that keep a tensor's name are left to vLLM's loader for that name.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 
 def checkpoint_transforms(config: Any, base_model: torch.nn.Module | None = None) -> list:
-    """The transforms transformers applies when its generation class loads this checkpoint:
-    the root's (by class name, else model type), then those of the sub-models of
-    `base_model` (the generation class's `model`), scoped as transformers scopes them."""
+    """The transforms transformers applies when its generation class loads this checkpoint,
+    from transformers' own `get_model_conversion_mapping`: it walks the generation class's
+    sub-models, so it is given a stand-in of that class (no `__init__`: nothing built)
+    holding `base_model`, the generation class's `model`. Without one, the root's alone."""
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping, get_model_conversion_mapping
 
-    root = []
+    from .head import generation_class
+
+    cls = generation_class(config)
+    if base_model is not None and cls is not None and getattr(cls, "base_model_prefix", None) == "model":
+        stand_in = cls.__new__(cls)
+        torch.nn.Module.__init__(stand_in)
+        stand_in.config = config
+        stand_in.model = base_model
+        return get_model_conversion_mapping(stand_in)
     for identifier in [*(getattr(config, "architectures", None) or []), getattr(config, "model_type", None)]:
-        root = (get_checkpoint_conversion_mapping(identifier) if identifier else None) or []
-        if root:
-            break
-    if base_model is None:
-        return root
-    holder = torch.nn.Module()  # the generation class's layout: `model` under a root
-    holder.model = base_model
-    holder.base_model_prefix = "model"
-    nested = get_model_conversion_mapping(holder)
-    root_patterns = {(tuple(t.source_patterns), tuple(t.target_patterns)) for t in root}
-    return root + [t for t in nested if (tuple(t.source_patterns), tuple(t.target_patterns)) not in root_patterns]
+        transforms = get_checkpoint_conversion_mapping(identifier) if identifier else None
+        if transforms:
+            return transforms
+    return []
 
 
 def transformers_layout(
-    weights: Iterable[tuple[str, torch.Tensor]], config: Any, base_model: torch.nn.Module | None = None
+    weights: Iterable[tuple[str, torch.Tensor]],
+    config: Any,
+    base_model: torch.nn.Module | None = None,
+    loads_as_is: Callable[[str], bool] = lambda name: False,
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """`weights` renamed and converted as transformers loads them. A converter fed by one
-    tensor (a fused qkv split in three) yields at once; one fed by several (experts merged
-    into one tensor) yields when the stream ends."""
+    """`weights` renamed and converted as transformers loads them, except those for which
+    `loads_as_is(name)` (vLLM's own mapping places them; its renamings expect checkpoint
+    names, not transformers' converted ones). A converter fed by one tensor (a fused qkv
+    split in three) yields at once; one fed by several (experts merged into one tensor)
+    yields when the stream ends."""
     from transformers.core_model_loading import WeightConverter, WeightRenaming
 
     transforms = checkpoint_transforms(config, base_model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    # A converter that keeps a tensor's name only re-lays it out (Qwen3-VL-MoE's experts,
+    # transposed where their shape says so): vLLM's own loader for that name reads it.
+    converters = [t for t in transforms if isinstance(t, WeightConverter) and t.source_patterns != t.target_patterns]
     if not transforms:
         yield from weights
         return
     pending: dict[tuple[int, str], Any] = {}
     for name, tensor in weights:
+        if loads_as_is(name):
+            yield name, tensor
+            continue
         renamed = name
         for renaming in renamings:
             renamed, _ = renaming.rename_source_key(renamed)

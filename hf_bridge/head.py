@@ -81,6 +81,22 @@ class HFLogitsHead(nn.Module):
         return logits if self.is_identity else self._apply(logits)
 
 
+def multimodal_generation_class(model_type: str | None):
+    """The multimodal class a transformers user generates with for `model_type`:
+    image-text-to-text, else multimodal LM (audio-language models), or None."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping in (
+        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        modeling_auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES,
+    ):
+        name = mapping.get(model_type)
+        if isinstance(name, str) and hasattr(transformers, name):
+            return getattr(transformers, name)
+    return None
+
+
 def generation_class(config):
     """The HF class a transformers user generates with for `config`.
 
@@ -90,13 +106,13 @@ def generation_class(config):
     import transformers
     from transformers.models.auto import modeling_auto
 
-    for mapping in (
-        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-        modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-    ):
-        name = mapping.get(getattr(config, "model_type", None))
-        if name and hasattr(transformers, name):
-            return getattr(transformers, name)
+    model_type = getattr(config, "model_type", None)
+    found = multimodal_generation_class(model_type)
+    if found is not None:
+        return found
+    name = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if isinstance(name, str) and hasattr(transformers, name):
+        return getattr(transformers, name)
     for name in getattr(config, "architectures", None) or []:
         if hasattr(transformers, name):
             return getattr(transformers, name)

@@ -17,6 +17,7 @@ backend diverges from transformers replaced:
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
 
-from . import features, split
+from . import LOGGER_NAME, features, split
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
@@ -50,7 +51,7 @@ from .processing import (
 from .placeholders import MODALITY_OF_TYPE
 from .versions import log_handling
 
-logger = init_logger("hf_bridge")
+logger = init_logger(LOGGER_NAME)
 
 
 @MULTIMODAL_REGISTRY.register_processor(
@@ -79,7 +80,41 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
 
     def load_weights(self, weights):
         """A checkpoint in its model's original layout loads as in transformers."""
-        return super().load_weights(transformers_layout(weights, self.config, self.model))
+        converted = transformers_layout(weights, self.config, self.model, loads_as_is=self._placed_by_vllm)
+        return super().load_weights(self._vllm_layout(converted))
+
+    def _placed_by_vllm(self, name: str) -> bool:
+        """Whether vLLM's own name mapping takes checkpoint name `name` to a parameter, or to
+        a module that loads its own weights (fused experts, stacked projections)."""
+        mapped = self.hf_to_vllm_mapper.apply_list([name])
+        if not mapped:
+            return True  # vLLM drops it on purpose
+        module: torch.nn.Module = self
+        for part in mapped[0].split("."):
+            if module is not self and callable(getattr(module, "load_weights", None)):
+                return True
+            if part in module._parameters or part in module._buffers:
+                return True
+            child = module._modules.get(part)
+            if child is None:
+                return False
+            module = child
+        return False
+
+    def _vllm_layout(self, weights):
+        """Where vLLM's replacement layers store a tensor differently from the HF module."""
+        return weights
+
+    @cached_property
+    def _pre_trained_model_classes(self):
+        """vLLM's, with the cause kept when the throwaway `AutoModel` cannot be built: an
+        AttributeError raised inside a property reaches `nn.Module.__getattr__`, which
+        reports the property itself missing (vLLM's config class for Qwen3-ASR has no
+        `audio_config`, yet the error named `_pre_trained_model_classes`)."""
+        try:
+            return super()._pre_trained_model_classes
+        except AttributeError as error:
+            raise RuntimeError(f"transformers' AutoModel cannot build this {type(self.config).__name__}: {error}") from error
 
     def _attention_backend(self):
         """The attention backend vLLM selected for the text model's layers."""
@@ -204,6 +239,38 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
 class HFBridgeMoEForConditionalGeneration(MoEMixin, HFBridgeForConditionalGeneration):
     """hf_bridge with the experts on vLLM's fused-MoE layer, composed as vLLM composes
     its own `TransformersMultiModalMoEForCausalLM` (`MoEMixin` first)."""
+
+    def recursive_replace(self):
+        name_top_k(self.text_config)
+        # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
+        self.transposed_experts = frozenset(
+            f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
+        )
+        super().recursive_replace()
+
+    def _vllm_layout(self, weights):
+        """Experts declared `is_transposed` (Aria's grouped GEMM: experts x in x out) turned
+        to the experts x out x in that vLLM's fused-MoE loader reads. Judged by the name
+        vLLM's mapping gives (a checkpoint may keep its own names: Aria's `experts.fc1`)."""
+        prefixes = tuple(self.transposed_experts)
+        for name, tensor in weights:
+            mapped = self.hf_to_vllm_mapper.apply_list([name]) if prefixes and tensor.ndim == 3 else []
+            transposed = bool(mapped) and mapped[0].startswith(prefixes)
+            yield name, tensor.transpose(1, 2) if transposed else tensor
+
+
+TOP_K_FIELDS = ("moe_topk", "moe_k")
+"""Experts-per-token fields vLLM's `MoEMixin` does not read (it reads `num_experts_per_tok`
+and `top_k`): Aria's `moe_topk`, Ernie 4.5's `moe_k`."""
+
+
+def name_top_k(text_config) -> None:
+    """Give `num_experts_per_tok` the value a config keeps under another name (the HF model
+    is built already; only vLLM's MoE layer reads it)."""
+    if getattr(text_config, "num_experts_per_tok", None) is None and getattr(text_config, "top_k", None) is None:
+        value = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
+        if value is not None:
+            text_config.num_experts_per_tok = value
 
 
 class _Opaque(torch.nn.Module):

@@ -97,9 +97,10 @@ def route(arch: str | None, model_config) -> str | None:
         return own
     from vllm.logger import init_logger
 
+    from . import LOGGER_NAME
     from .errors import routed_to_in_tree
 
-    init_logger("hf_bridge").warning_once(routed_to_in_tree(failures, in_tree))
+    init_logger(LOGGER_NAME).warning_once(routed_to_in_tree(failures, in_tree))
     return in_tree
 
 

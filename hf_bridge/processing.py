@@ -33,10 +33,10 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import errors, frame, placeholders, split
+from . import LOGGER_NAME, errors, frame, placeholders, split
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, longest_audio_seconds
 
-logger = init_logger(__name__)
+logger = init_logger(LOGGER_NAME)
 
 DATA_KEY = "{}.{}"
 """An item's processor output `key` is stored as `"<modality>.<key>"`: two modalities

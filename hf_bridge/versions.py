@@ -54,11 +54,12 @@ def log_handling(hf_config) -> None:
     """The one start-up line saying hf_bridge serves this model."""
     from vllm.logger import init_logger
 
+    from . import LOGGER_NAME
     from .head import generation_class
 
     cls = generation_class(hf_config)
     arch = cls.__name__ if cls else (getattr(hf_config, "architectures", None) or ["?"])[0]
-    init_logger("hf_bridge").info(
+    init_logger(LOGGER_NAME).info(
         "hf_bridge %s handles %s (model_type=%s) through its generic wrapper.",
         __version__(),
         arch,

@@ -58,3 +58,37 @@ def engines():
     cache = Engines()
     yield cache
     cache.close()
+
+
+@pytest.fixture
+def hf_bridge_log(caplog, monkeypatch):
+    """`caplog` receiving hf_bridge's records at INFO. They go to vLLM's "vllm" logger, which
+    does not propagate to the root logger `caplog` listens on, and whose configuration at
+    engine start resets any handler or level set on its children; so the records are
+    taken at the logger's own `handle`, and vLLM is asked for INFO."""
+    import logging
+
+    from hf_bridge import LOGGER_NAME
+
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
+    logger = logging.getLogger(LOGGER_NAME)
+    handle = logger.handle
+
+    def also_captured(record):
+        caplog.handler.handle(record)
+        handle(record)
+
+    seen: set[int] = set()
+
+    def once(record) -> bool:  # where vLLM's logger propagates, a record reaches caplog twice
+        if id(record) in seen:
+            return False
+        seen.add(id(record))
+        return True
+
+    monkeypatch.setattr(logger, "handle", also_captured)
+    caplog.handler.addFilter(once)
+    try:
+        yield caplog
+    finally:
+        caplog.handler.removeFilter(once)

@@ -12,7 +12,6 @@ The failures come from real processors set up to fail, not from mocks.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 
 import pytest
@@ -34,7 +33,7 @@ def variant_checkpoint(source, destination, **sections):
 
 
 @pytest.mark.engine
-def test_failing_video_probe_switches_video_off_and_keeps_serving(zoo, engines, tmp_path, caplog):
+def test_failing_video_probe_switches_video_off_and_keeps_serving(zoo, engines, tmp_path, hf_bridge_log):
     """The video processor samples 1,000 frames, more than any blank video holds, so every
     video probe raises inside the HF processor. Text and images keep their parity."""
     from transformers import AutoProcessor
@@ -43,9 +42,8 @@ def test_failing_video_probe_switches_video_off_and_keeps_serving(zoo, engines, 
         zoo("qwen2_vl"), tmp_path / "qwen2_vl-video-fails", video_processor={"do_sample_frames": True, "num_frames": 1000}
     )
     processor = AutoProcessor.from_pretrained(model_dir)
-    with caplog.at_level(logging.WARNING):
-        llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
-    warnings = [r.getMessage() for r in caplog.records if "switched video input off" in r.getMessage()]
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
+    warnings = [r.getMessage() for r in hf_bridge_log.records if "switched video input off" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert "Qwen2VLProcessor could not be probed with a blank video" in warnings[0]
     assert "The inferred `num_frames=1000` exceeds" in warnings[0]

@@ -106,3 +106,15 @@ def test_prompt_frame_tokens_end_to_end(arch, case, zoo, engines):
     assert reference.prompt_ids[-1] == tokenizer.convert_tokens_to_ids("\n") or tokenizer.decode(reference.prompt_ids[-1:]) == "\n"
     last_image = max(i for i, t in enumerate(reference.prompt_ids) if t == processor.image_token_id)
     assert reference.prompt_ids[last_image + 1] == tokenizer.bos_token_id
+
+
+@pytest.mark.engine
+def test_parity_refuses_an_engine_that_is_not_float32(zoo, engines):
+    """A plain `LLM(...)` casts a float32 checkpoint to bfloat16; parity against the
+    float32 reference would report a false failure, so it is refused with the fix."""
+    from transformers import AutoProcessor
+
+    model_dir = zoo("llava")
+    llm = engines.get(model_dir, dtype="bfloat16")
+    with pytest.raises(ValueError, match=r'runs in torch\.bfloat16: build it with LLM\(\.\.\., dtype="float32"\)'):
+        parity.vllm_result(llm, AutoProcessor.from_pretrained(model_dir), parity.standard_cases(64)["text_only"])

@@ -111,10 +111,8 @@ def test_installed_versions_are_supported():
 
 
 @pytest.mark.engine
-def test_own_architecture_name_and_startup_line(zoo, engines, caplog):
+def test_own_architecture_name_and_startup_line(zoo, engines, hf_bridge_log):
     """`hf_overrides` selects hf_bridge by name; start-up logs the one line saying so."""
-    import logging
-
     from transformers import AutoProcessor
 
     from hf_bridge.validate import parity
@@ -122,14 +120,13 @@ def test_own_architecture_name_and_startup_line(zoo, engines, caplog):
     model_dir = zoo("llava")
     processor = AutoProcessor.from_pretrained(model_dir)
     case = parity.standard_cases(64)["one_image"]
-    with caplog.at_level(logging.INFO, logger="hf_bridge"):
-        llm = engines.get(
-            model_dir,
-            model_impl="auto",
-            hf_overrides={"architectures": ["HFBridgeForConditionalGeneration"]},
-            limit_mm_per_prompt={"image": 2},
-        )
-    lines = [r.getMessage() for r in caplog.records if "handles" in r.getMessage()]
+    llm = engines.get(
+        model_dir,
+        model_impl="auto",
+        hf_overrides={"architectures": ["HFBridgeForConditionalGeneration"]},
+        limit_mm_per_prompt={"image": 2},
+    )
+    lines = [r.getMessage() for r in hf_bridge_log.records if "handles" in r.getMessage()]
     assert len(lines) == 1, lines
     assert lines[0].startswith("hf_bridge 0.1.0 handles LlavaForConditionalGeneration (model_type=llava)"), lines
     from hf_bridge.validate.reference import references
@@ -139,15 +136,31 @@ def test_own_architecture_name_and_startup_line(zoo, engines, caplog):
 
 
 @pytest.mark.engine
-def test_bidirectional_attention_is_reported_with_the_selected_backend(zoo, engines, caplog):
+def test_bidirectional_attention_is_reported_with_the_selected_backend(zoo, engines, hf_bridge_log):
     """Gemma3 is served with `is_mm_prefix_lm`; vLLM's CPU backend is causal only, so the
     start-up warning names it and the backends that would give parity."""
-    import logging
-
-    with caplog.at_level(logging.INFO, logger="hf_bridge"):
-        llm = engines.get(zoo("gemma3"), limit_mm_per_prompt={"image": 2})
+    llm = engines.get(zoo("gemma3"), limit_mm_per_prompt={"image": 2})
     assert llm.llm_engine.vllm_config.model_config.is_mm_prefix_lm
-    lines = [r.getMessage() for r in caplog.records if "attends bidirectionally" in r.getMessage()]
+    lines = [r.getMessage() for r in hf_bridge_log.records if "attends bidirectionally" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "the selected attention backend (CPUAttentionBackend) is causal only" in lines[0]
     assert "Triton, FlexAttention, FlashAttention 4" in lines[0]
+
+
+def test_startup_line_reaches_the_console_of_a_plain_llm(zoo):
+    """Not just a log record: a user's in-process `LLM(...)` at vLLM's default INFO level
+    prints the line (hf_bridge's logger once had no handler, and nobody saw it)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from vllm import LLM; "
+        "LLM(model=sys.argv[1], model_impl='transformers', dtype='float32', max_model_len=2048, "
+        "enforce_eager=True, limit_mm_per_prompt={'image': 1})"
+    )
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    env.pop("VLLM_LOGGING_LEVEL", None)
+    done = subprocess.run([sys.executable, "-c", code, str(zoo("llava"))], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "hf_bridge 0.1.0 handles LlavaForConditionalGeneration (model_type=llava)" in done.stdout + done.stderr

@@ -4,9 +4,9 @@ A representative few from COVERAGE.md, so the shrinker and those types cannot ro
 between sweeps: Cohere2-Vision (tiles with line-break markers), GLM-4V (M-RoPE with
 partial rotary, video processor), DeepSeek-VL (a processor that cannot count its
 tokens), GLM-ASR (audio; a checkpoint in its original layout, which transformers
-renames at load time) and Perception LM (a timm tower; videos encoded through
-`get_image_features`). Each is built from transformers' default config and processor
-classes alone.
+renames at load time), Perception LM (a timm tower; videos encoded through
+`get_image_features`) and Aria (experts stored transposed, top-k under its own
+name). Each is built from transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -28,6 +28,7 @@ CASES = {
     "deepseek_vl": ["one_image", "text_only"],
     "glmasr": ["audio"],
     "perception_lm": ["video"],
+    "aria": ["one_image"],
 }
 TYPES = list(CASES)
 LIMITS = {"image": 2, "video": 1, "audio": 1}

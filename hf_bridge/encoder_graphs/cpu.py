@@ -15,9 +15,10 @@ import os
 import torch
 from vllm.logger import init_logger
 
+from .. import LOGGER_NAME
 from .frozen import standing_in_for_cuda_graphs
 
-logger = init_logger("hf_bridge")
+logger = init_logger(LOGGER_NAME)
 
 OPTION = "HF_BRIDGE_CPU_ENCODER_GRAPHS"
 DEFAULT = "0"

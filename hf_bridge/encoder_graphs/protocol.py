@@ -20,11 +20,12 @@ from typing import Any, ClassVar
 import torch
 from vllm.logger import init_logger
 
+from .. import LOGGER_NAME
 from ..processing import DATA_KEY, NUM_EMBEDS_KEY
 from ..split import unbatched
 from .tiles import Ineligible, ProbedItem, TileLayout, budget_range, tile_layout
 
-logger = init_logger("hf_bridge")
+logger = init_logger(LOGGER_NAME)
 
 MODALITY = "image"
 """Graphs serve images; a video's frames are not packed with them (vLLM groups items

@@ -223,8 +223,23 @@ def sampling_params():
 
 
 def vllm_result(llm, processor, case: Case) -> Result:
+    """`case` through `llm`, which must compute in float32 as the reference does."""
+    require_float32(llm)
     (out,) = llm.generate([vllm_request(processor, case)], sampling_params(), use_tqdm=False)
     return result_from_output(out)
+
+
+def require_float32(llm) -> None:
+    """Refuse an engine in another dtype: vLLM casts a float32 checkpoint to bfloat16 by
+    default, and log-probs 1e-3 apart would then report a false failure."""
+    import torch
+
+    dtype = llm.llm_engine.model_config.dtype
+    if dtype != torch.float32:
+        raise ValueError(
+            f"parity needs the engine in float32 (the reference's dtype), but it runs in {dtype}: "
+            'build it with LLM(..., dtype="float32"), or with hf_bridge.validate.engine.make_llm, which does.'
+        )
 
 
 def result_from_output(out) -> Result:

@@ -98,7 +98,19 @@ def _cohere_compass(config, tokenizer) -> None:
         text.rope_parameters = {kind: dict(shared) for kind in set(text.layer_types)}
 
 
+def _aria(config, tokenizer) -> None:
+    """Its default tower is Idefics3's (224 px, 32 px patches), whose patch counts the
+    projector's `patch_to_query_dict` does not know; Aria's checkpoints use 14 px patches."""
+    config.vision_config.patch_size = 14
+    config.vision_config.image_size = ARIA_IMAGE_SIDE
+
+
+ARIA_IMAGE_SIDE = 490
+"""35x35 patches of 14 px: one of the two counts Aria's projector maps to queries (128)."""
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
+    "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass),
     # its default 384 px tiles are no multiple of the tower's 14 px patches; checkpoints use 448
     "qianfan_ocr": Override(sub_processors={"image_processor": dict(size={"height": 448, "width": 448})}),
@@ -132,14 +144,9 @@ def processor_class(model_type: str):
 
 def generation_class(model_type: str):
     """The class a transformers user generates with for `model_type`, or None."""
-    import transformers
-    from transformers.models.auto import modeling_auto
+    from ..head import multimodal_generation_class
 
-    for mapping in ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES"):
-        name = getattr(modeling_auto, mapping, {}).get(model_type)
-        if isinstance(name, str) and hasattr(transformers, name):
-            return getattr(transformers, name)
-    return None
+    return multimodal_generation_class(model_type)
 
 
 def tokens_named_by(processor_cls) -> tuple[list[str], dict[str, str]]:
@@ -321,11 +328,22 @@ def make_processor(model_type: str):
         processor = cls(**parts, **settings)
         match_patch_geometry(processor)
         if getattr(processor, "chat_template", None) is None:  # the generic one, with its tokens
-            image, video, audio = (getattr(processor, f"{m}_token", "") or "" for m in ("image", "video", "audio"))
+            image, video, audio = (chat_placeholder(processor, m) for m in ("image", "video", "audio"))
             processor.chat_template = chat_template(image=image, video=video, audio=audio)
         return processor
 
     return make
+
+
+def chat_placeholder(processor: Any, modality: str) -> str:
+    """What a chat template emits for one item: the processor's `<modality>_placeholder_token`
+    where it keeps one apart from the token it expands to (Qianfan-OCR: `<image>` becomes
+    `<|context_image_token|>` x 256), else its `<modality>_token`."""
+    for field in (f"{modality}_placeholder_token", f"{modality}_token"):
+        value = getattr(processor, field, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def match_patch_geometry(processor: Any) -> None:
