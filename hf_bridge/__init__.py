@@ -5,3 +5,6 @@ LOGGER_NAME = "vllm.hf_bridge"
 wherever and however vLLM's do (`VLLM_LOGGING_LEVEL`, `VLLM_LOGGING_CONFIG_PATH`): vLLM
 configures only its own "vllm" loggers, and a plain "hf_bridge" logger had no handler."""
 
+from . import inspect  # noqa: E402  (callable: `hf_bridge.inspect(model_dir, prompt, images=[...])`)
+
+__all__ = ["LOGGER_NAME", "inspect"]

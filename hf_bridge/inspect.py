@@ -5,10 +5,15 @@ will run, where each item sits (`PlaceholderRange`s with their `is_embed` masks)
 the per-item data the processor cache stores. It builds vLLM's real multimodal
 processor for the checkpoint, through hf_bridge's registration, so what it shows is
 what the engine does.
+
+    import hf_bridge
+    hf_bridge.inspect(model_dir, prompt, images=[image])   # shows itself in a notebook
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +64,91 @@ def processor_cache(processor):
     return MultiModalProcessorOnlyCache(processor.info.ctx.model_config)
 
 
+BOOKKEEPING_PREFIX = "hf_bridge_"
+"""hf_bridge's own per-item fields (`processing.py`'s `hf_bridge_<modality>_...` keys):
+they restate the range and mask an inspection shows, so its data column leaves them out."""
+
+
+@dataclass
+class Inspection:
+    """What hf_bridge makes of one prompt, for a person: which processors ran, the prompt's
+    tokens and, per item, its range, `is_embed` mask, grid padding and data shapes. Shows
+    itself in a notebook (`_repr_html_`); its `repr` is the same as text."""
+
+    source: str
+    hf_processor: str
+    """Class of the HF processor that ran (inside vLLM's processor)."""
+    vllm_processor: str
+    """Class of vLLM's multimodal processor that called it."""
+    tokens: list[str]
+    view: PromptView
+
+    @property
+    def items(self) -> list[ItemView]:
+        return self.view.items
+
+    def _summaries(self):
+        from .display import ItemSummary, describe_data
+
+        return [
+            ItemSummary(
+                i.modality,
+                i.index,
+                i.offset,
+                i.length,
+                i.is_embed,
+                {k: describe_data(v) for k, v in i.data.items() if not k.startswith(BOOKKEEPING_PREFIX)},
+            )
+            for i in self.items
+        ]
+
+    def _facts(self) -> list[str]:
+        counts: dict[str, int] = {}
+        for item in self.items:
+            counts[item.modality] = counts.get(item.modality, 0) + 1
+        media = ", ".join(f"{n} {m}{'s' if n > 1 else ''}" for m, n in counts.items()) or "no media"
+        return [
+            f"processors: {self.hf_processor} (transformers), called by {self.vllm_processor} (vLLM, via hf_bridge)",
+            f"prompt: {len(self.tokens)} tokens, {media}",
+        ]
+
+    def __repr__(self) -> str:
+        from .display import as_text
+
+        return as_text(f"hf_bridge inspection of {self.source}", self._facts(), self.tokens, self._summaries())
+
+    def _repr_html_(self) -> str:
+        from .display import as_html
+
+        return as_html(f"hf_bridge inspection of {self.source}", self._facts(), self.tokens, self._summaries())
+
+
+def inspect(
+    model_or_processor,
+    prompt: str | list[int],
+    *,
+    images: list | None = None,
+    videos: list | None = None,
+    audios: list | None = None,
+    mm_processor_kwargs: dict[str, Any] | None = None,
+) -> Inspection:
+    """What hf_bridge makes of `prompt` and its items, for a checkpoint directory (only its
+    config and processor files are read: no weights, no engine) or a processor from
+    `build_processor`."""
+    processor = (
+        build_processor(model_or_processor) if isinstance(model_or_processor, (str, Path)) else model_or_processor
+    )
+    mm_data = {m: items for m, items in (("image", images), ("video", videos), ("audio", audios)) if items}
+    view = inspect_prompt(processor, prompt, mm_data, mm_processor_kwargs)
+    return Inspection(
+        source=str(processor.info.ctx.model_config.model),
+        hf_processor=type(processor.info.get_hf_processor()).__name__,
+        vllm_processor=type(processor).__name__,
+        tokens=view.tokens(processor.info.get_tokenizer()),
+        view=view,
+    )
+
+
 def inspect_prompt(
     processor,
     prompt: str | list[int],
@@ -79,3 +169,14 @@ def inspect_prompt(
             items.append(ItemView(modality, index, r.offset, r.length, is_embed, data))
     items.sort(key=lambda v: v.offset)
     return PromptView(list(out["prompt_token_ids"]), items, dict(out["mm_hashes"]))
+
+
+class _CallableModule(types.ModuleType):
+    """`hf_bridge.inspect(...)` is `inspect(...)`; the module's other names stay reachable
+    (`hf_bridge.inspect.build_processor`)."""
+
+    def __call__(self, *args, **kwargs) -> Inspection:
+        return inspect(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

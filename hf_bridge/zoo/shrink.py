@@ -339,8 +339,8 @@ def chat_placeholder(processor: Any, modality: str) -> str:
     """What a chat template emits for one item: the processor's `<modality>_placeholder_token`
     where it keeps one apart from the token it expands to (Qianfan-OCR: `<image>` becomes
     `<|context_image_token|>` x 256), else its `<modality>_token`."""
-    for field in (f"{modality}_placeholder_token", f"{modality}_token"):
-        value = getattr(processor, field, None)
+    for name in (f"{modality}_placeholder_token", f"{modality}_token"):
+        value = getattr(processor, name, None)
         if isinstance(value, str) and value:
             return value
     return ""
