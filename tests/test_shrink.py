@@ -36,10 +36,19 @@ def test_feature_layers_stay_inside_the_shrunk_tower():
     assert len(config.vision_feature_layers) == 5  # the projector's input width is unchanged
 
 
-def test_video_processor_takes_the_image_processor_patch_geometry():
+def test_video_processor_takes_the_image_processor_patch_size_only():
     processor = shrink.make_processor("cohere_compass")(_tokenizer("cohere_compass"))
-    for name in ("patch_size", "temporal_patch_size", "merge_size"):
-        assert getattr(processor.video_processor, name) == getattr(processor.image_processor, name)
+    assert processor.video_processor.patch_size == processor.image_processor.patch_size == 14
+    # Ernie 4.5 VL's video processor refuses any temporal patch size but its own 2
+    ernie = shrink.make_processor("ernie4_5_vl_moe")(_tokenizer("ernie4_5_vl_moe"))
+    assert (ernie.image_processor.temporal_patch_size, ernie.video_processor.temporal_patch_size) == (1, 2)
+
+
+def test_mrope_sections_fit_a_config_that_validates_them():
+    """Cosmos3-Edge's config checks that the sections sum to half its head_dim."""
+    config = shrink.make_config("cosmos3_edge")(_tokenizer("cosmos3_edge"))
+    text = config.get_text_config()
+    assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
 
 
 def test_audio_tower_reads_the_extractor_mel_bins():

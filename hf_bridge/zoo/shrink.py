@@ -171,11 +171,14 @@ def mrope_sections(text: Any) -> list[int]:
 
 
 def _reads_mrope_sections(model_type: str, text: Any) -> bool:
-    """Whether the generation class's module, or its text model's (GLM-4.6V reuses
-    GLM-4V's text model), reads `mrope_section`."""
+    """Whether the default config carries `mrope_section` (its config validates the sum:
+    Cosmos3-Edge), or the generation class's module, or its text model's (GLM-4.6V reuses
+    GLM-4V's text model), reads it."""
     import transformers
     from transformers.models.auto import modeling_auto
 
+    if "mrope_section" in (getattr(text, "rope_parameters", None) or {}):
+        return True
     classes = [generation_class(model_type), getattr(transformers, str(modeling_auto.MODEL_MAPPING_NAMES.get(text.model_type)), None)]
     return any("mrope_section" in inspect.getsource(inspect.getmodule(cls)) for cls in classes if cls is not None)
 
@@ -291,14 +294,15 @@ def make_config(model_type: str):
                 shrink(sub, VISION_SIZES)
         follow_tower_widths(config, widths)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
+        # before `rederived`: a config that validates the sections' sum (Cosmos3-Edge) is rebuilt there
+        if _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict):
+            text.rope_parameters["mrope_section"] = mrope_sections(text)
         if getattr(config, "text_config", None) is text:
             config.text_config = text = rederived(text)
         for sub in sub_configs(config).values():
             for name in ("out_hidden_size", "projection_dim", "text_hidden_size", "output_dim"):
                 if hasattr(sub, name):
                     setattr(sub, name, text.hidden_size)
-        if _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict):
-            text.rope_parameters["mrope_section"] = mrope_sections(text)
         clamp_feature_layers(config)
         config.tie_word_embeddings = False
         override = RECIPE_OVERRIDES.get(model_type)
@@ -347,13 +351,15 @@ def chat_placeholder(processor: Any, modality: str) -> str:
 
 
 def match_patch_geometry(processor: Any) -> None:
-    """Give the video processor the image processor's patch geometry where their defaults
-    differ (Cohere Compass: 16 px against 14 px): one tower encodes both."""
+    """Give the video processor the image processor's spatial patch size where their
+    defaults differ (Cohere Compass: 16 px against 14 px): one tower's patch embedding
+    encodes both. Temporal patch and merge sizes stay the video processor's own
+    (Ernie 4.5 VL's video processor requires 2 frames per patch, its images 1;
+    VideoLLaMA3 merges video patches more than image patches)."""
     image, video = getattr(processor, "image_processor", None), getattr(processor, "video_processor", None)
-    for name in ("patch_size", "temporal_patch_size", "merge_size"):
-        value = getattr(image, name, None)
-        if isinstance(value, int) and isinstance(getattr(video, name, None), int):
-            setattr(video, name, value)
+    value = getattr(image, "patch_size", None)
+    if isinstance(value, int) and isinstance(getattr(video, "patch_size", None), int):
+        video.patch_size = value
 
 
 def settings_from_config(processor_cls, model_type: str) -> dict:
