@@ -8,43 +8,10 @@ token against transformers.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
-import threading
-import time
-from contextlib import contextmanager
 
-
-@contextmanager
-def progress(message: str):
-    """A spinner with elapsed seconds on stderr while a slow step runs."""
-    done = threading.Event()
-    if not sys.stderr.isatty():  # a log file gets one line, not a spinner
-        start = time.monotonic()
-        sys.stderr.write(f"{message} ...\n")
-        try:
-            yield
-        finally:
-            sys.stderr.write(f"{message}: done in {time.monotonic() - start:.1f}s\n")
-        return
-
-    def spin():
-        start = time.monotonic()
-        for frame in itertools.cycle("|/-\\"):
-            if done.wait(0.2):
-                break
-            sys.stderr.write(f"\r{message} {frame} {time.monotonic() - start:4.0f}s")
-            sys.stderr.flush()
-        sys.stderr.write(f"\r{message} done in {time.monotonic() - start:.1f}s\n")
-
-    thread = threading.Thread(target=spin, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
+from .progress import progress
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -121,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--multiprocess", action="store_true", help="run vLLM's engine core in its own process (vLLM's default; slower to start)")
     d.add_argument("--verbose", action="store_true", help="show vLLM's and transformers' logs")
     d.set_defaults(func=demo)
+    from .validate.command import add_parser as add_validate
+
+    add_validate(sub)
     return parser
 
 

@@ -1,0 +1,21 @@
+"""Which standard cases a checkpoint can run: those whose modality its processor has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CASES = {"one_image": "image", "two_images": "image", "text_only": "text", "video": "video", "audio": "audio"}
+"""Each standard case (`parity.standard_cases`), with the modality the processor needs for it."""
+
+
+def cases_of(model_dir: str | Path) -> list[str]:
+    """The standard cases whose modality the checkpoint's saved processor has (text always)."""
+    model_dir = Path(model_dir)
+    saved = " ".join(p.read_text() for p in model_dir.glob("*.json") if "processor" in p.name or "preprocessor" in p.name)
+    has = {
+        "text": True,
+        "image": "image_processor" in saved or (model_dir / "preprocessor_config.json").exists(),
+        "video": "video_processor" in saved or (model_dir / "video_preprocessor_config.json").exists(),
+        "audio": "feature_extractor" in saved or "audio_processor" in saved,
+    }
+    return [c for c, modality in CASES.items() if has[modality]]

@@ -1,0 +1,252 @@
+"""`hf-bridge validate MODEL`: where vLLM and transformers part ways, stage by stage.
+
+Each implementation runs in its own interpreter (the in-tree backend needs
+`HF_BRIDGE_DISABLE=1` before vLLM loads its plugins, and an engine decorates HF classes
+in place); transformers' reference runs in another (`reference.py`). A worker prints
+one `VERDICT {...}` line per verdict as soon as it has it, so a worker that dies still
+leaves what it checked, and the rest is reported as not checked, with the worker's error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from . import stages
+from .cases import CASES, cases_of
+from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
+
+IMPLS = {
+    "hf_bridge": ("transformers", {}),
+    "intree": ("transformers", {"HF_BRIDGE_DISABLE": "1"}),
+    "native": ("vllm", {}),
+}
+"""`--impl` name -> (vLLM's `model_impl`, environment of its worker)."""
+VERDICT_PREFIX = "VERDICT "
+WORKER_TIMEOUT = 900
+TEXT_ONLY_PROCESSING = "no media: vLLM tokenizes the prompt without its multimodal processor (decoding compares the ids)"
+IMAGE_SIDE = 64
+"""Side of the synthetic test images (processors resize them as they would any image)."""
+
+
+def selected_cases(model_dir: str | Path, names: list[str] | None, text: str | None):
+    """The standard cases this checkpoint's processor can run (or those named), with the
+    user's text where given."""
+    import dataclasses
+
+    from . import parity
+
+    available = cases_of(model_dir)
+    unknown = sorted(set(names or []) - set(available))
+    if unknown:
+        raise SystemExit(f"hf-bridge validate: case(s) {', '.join(unknown)} unavailable for this checkpoint; it can run {', '.join(available)}")
+    standard = parity.standard_cases(IMAGE_SIDE)
+    chosen = [standard[n] for n in (names or available)]
+    return [dataclasses.replace(c, text=text) for c in chosen] if text else chosen
+
+
+def feature_token_ids(config) -> dict[str, int]:
+    """The token the HF model fills with each modality's encoder rows, where its config
+    names one (`image_token_id` / `image_token_index`, likewise video and audio)."""
+    found = {}
+    for modality in ("image", "video", "audio"):
+        for field in (f"{modality}_token_id", f"{modality}_token_index"):
+            value = getattr(config, field, None)
+            if isinstance(value, int):
+                found[modality] = value
+                break
+    return found
+
+
+# -- in a worker process ------------------------------------------------------------------
+
+
+def emit(verdict: Verdict) -> None:
+    print(VERDICT_PREFIX + json.dumps(verdict.__dict__), flush=True)
+
+
+def check_processing(impl: str, model_dir: str, cases) -> None:
+    """vLLM's prompt ids and item ranges against the HF processor's, per case."""
+    from transformers import AutoConfig, AutoProcessor
+
+    from .. import inspect as inspection
+    from . import parity
+
+    hf_processor = AutoProcessor.from_pretrained(model_dir)
+    processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0])
+    features = feature_token_ids(AutoConfig.from_pretrained(model_dir))
+    for case in cases:
+        if not (case.num_images or case.num_videos or case.num_audios):
+            emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, TEXT_ONLY_PROCESSING))
+            continue
+        try:
+            hf = parity.hf_inputs(hf_processor, case, return_mm_token_type_ids=True)
+        except Exception as error:  # noqa: BLE001 - transformers' own refusal makes the case n/a
+            emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, f"transformers: {type(error).__name__}: {error}"))
+            continue
+        try:
+            request = parity.vllm_request(hf_processor, case)
+            view = inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"))
+        except Exception as error:  # noqa: BLE001 - vLLM's processing refused what HF accepts
+            emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
+            continue
+        types = hf.get("mm_token_type_ids")
+        expected = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
+        problems = stages.processing_problems(
+            hf["input_ids"][0].tolist(),
+            None if types is None else types[0].tolist(),
+            view.prompt_ids,
+            [stages.ItemRange(i.modality, i.offset, i.is_embed) for i in view.items],
+            {m: n for m, n in expected.items() if n},
+            {m: t for m, t in features.items() if expected.get(m)},
+        )
+        emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, "; ".join(problems)))
+
+
+def check_decoding(impl: str, model_dir: str, cases) -> None:
+    """Strict parity per case: prompt ids, greedy tokens, log-probs within 1e-3."""
+    from transformers import AutoProcessor
+
+    from . import parity
+    from .engine import make_llm
+    from .reference import NotApplicable, references
+
+    hf_processor = AutoProcessor.from_pretrained(model_dir)
+    results = references(model_dir, cases)
+    limits = {m: max(getattr(c, f"num_{m}s") for c in cases) for m in ("image", "video", "audio")}
+    llm = make_llm(model_dir, model_impl=IMPLS[impl][0], limit_mm_per_prompt={m: n for m, n in limits.items() if n})
+    for case, reference in zip(cases, results):
+        if isinstance(reference, NotApplicable):
+            emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
+            continue
+        try:
+            problems = parity.compare(reference, parity.vllm_result(llm, hf_processor, case))
+        except Exception as error:  # noqa: BLE001 - the engine refused the request
+            problems = [f"vLLM raised {type(error).__name__}: {error}"]
+        emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, "; ".join(problems)))
+
+
+def worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None) -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    cases = selected_cases(model_dir, case_names, text)
+    if "processing" in stage_names:
+        check_processing(impl, model_dir, cases)
+    if "encoder" in stage_names:
+        for case in cases:
+            emit(Verdict(impl, case.name, "encoder", NOT_CHECKED, stages.ENCODER_NOT_COMPARED))
+    if "decoding" in stage_names:
+        check_decoding(impl, model_dir, cases)
+
+
+# -- in the command's process -------------------------------------------------------------
+
+
+def run_worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None) -> list[Verdict]:
+    """One implementation's verdicts; those its worker did not reach are not checked."""
+    command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
+               "--stages", ",".join(stage_names), "--cases", ",".join(case_names)]
+    if text:
+        command += ["--prompt", text]
+    env = dict(os.environ, **IMPLS[impl][1])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=WORKER_TIMEOUT, env=env)
+        stdout, stderr, died = done.stdout, done.stderr, done.returncode != 0
+    except subprocess.TimeoutExpired as timeout:
+        stdout, stderr, died = timeout.stdout or "", f"timed out after {WORKER_TIMEOUT} s", True
+        stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+        stderr = stderr if isinstance(stderr, str) else stderr.decode()
+    verdicts = [Verdict(**json.loads(line[len(VERDICT_PREFIX):])) for line in stdout.splitlines() if line.startswith(VERDICT_PREFIX)]
+    if died:
+        cause = _last_error(stderr)
+        reached = {(v.case, v.stage) for v in verdicts}
+        verdicts += [
+            Verdict(impl, case, stage, NOT_CHECKED, f"the {impl} worker stopped: {cause}")
+            for stage in stage_names for case in case_names if (case, stage) not in reached
+        ]
+    return verdicts
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b")
+
+
+def _last_error(stderr: str) -> str:
+    """The last exception a worker printed, with the lines that continue its message
+    (pydantic puts the reason on the next ones)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
+    if not starts:
+        return (lines or ["no output"])[-1][:400]
+    return " ... ".join(lines[starts[-1] : starts[-1] + 3])[:400]
+
+
+def validate(args: argparse.Namespace) -> int:
+    from ..progress import progress
+
+    model_dir = str(Path(args.model).expanduser())
+    if not Path(model_dir).is_dir():
+        raise SystemExit(f"hf-bridge validate: {model_dir} is not a checkpoint directory (hub ids need the hub; download it first)")
+    impls = list(IMPLS) if args.impl == "all" else [args.impl]
+    stage_names = args.stages.split(",")
+    unknown = [s for s in stage_names if s not in stages.STAGES]
+    if unknown:
+        raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
+    cases = selected_cases(model_dir, args.cases.split(",") if args.cases else None, args.prompt)
+    case_names = [c.name for c in cases]
+    if "decoding" in stage_names:
+        from .reference import references
+
+        with progress(f"transformers reference for {len(cases)} case(s)"):
+            references(model_dir, cases)
+    verdicts: list[Verdict] = []
+    for impl in impls:
+        with progress(f"{impl}: {', '.join(stage_names)}"):
+            verdicts += run_worker(impl, model_dir, stage_names, case_names, args.prompt)
+    print(stages.table(verdicts))
+    code = stages.exit_code(verdicts)
+    print({0: "every stage checked passed", 1: "a stage failed (named above)", 2: "a stage could not be checked (reason above)"}[code])
+    if args.json:
+        Path(args.json).write_text(stages.to_json(model_dir, verdicts))
+    return code
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser(
+        "validate",
+        help="check, stage by stage, that vLLM matches transformers on a checkpoint",
+        description=(
+            "Run a local checkpoint through vLLM (hf_bridge, the in-tree Transformers backend, or vLLM's native "
+            "model) and through transformers, on synthetic cases its processor can take, and report per stage "
+            "where they part ways: processing (prompt ids, item ranges, is_embed against the HF processor and "
+            "model), encoder (not compared yet: reported as not checked), decoding (identical prompt ids and "
+            "greedy tokens, log-probs within 1e-3, float32). Exit code 0: every stage checked passed; 1: a stage "
+            "failed; 2: a stage could not be checked."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    v.add_argument("model", help="checkpoint directory (config, weights, processor)")
+    v.add_argument("--impl", choices=[*IMPLS, "all"], default="hf_bridge", help="the vLLM implementation to check")
+    v.add_argument("--stages", default=",".join(stages.STAGES), help="comma-separated stages to run")
+    v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(CASES)})")
+    v.add_argument("--prompt", help="the user's text in every case, instead of each case's own")
+    v.add_argument("--json", help="also write the verdicts as JSON here")
+    v.set_defaults(func=validate)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--worker", nargs=2, metavar=("IMPL", "MODEL_DIR"), required=True)
+    parser.add_argument("--stages", required=True)
+    parser.add_argument("--cases", required=True)
+    parser.add_argument("--prompt")
+    args = parser.parse_args(argv)
+    impl, model_dir = args.worker
+    worker(impl, model_dir, args.stages.split(","), args.cases.split(","), args.prompt)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Pure: the verdicts of `hf-bridge validate`, stage by stage, and what they add up to.
+
+A verdict is one implementation x one case x one stage. `processing` compares what vLLM
+builds for the prompt with what the HF processor builds; `encoder` (per-item embeddings)
+is not compared yet and says so; `decoding` is the tests' strict parity. Nothing here
+reports a pass it did not check: a stage left out or impossible is "not checked", with
+its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+STAGES = ("processing", "encoder", "decoding")
+PASS, FAIL, NOT_CHECKED, NOT_APPLICABLE = "pass", "fail", "not checked", "n/a"
+EXIT_PASSED, EXIT_FAILED, EXIT_NOT_CHECKED = 0, 1, 2
+
+ENCODER_NOT_COMPARED = "this version does not compare per-item embeddings with the HF model's get_*_features yet"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    impl: str
+    case: str
+    stage: str
+    outcome: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ItemRange:
+    """One item as vLLM placed it: `is_embed[i]` says whether position `offset + i` takes an
+    encoder row."""
+
+    modality: str
+    offset: int
+    is_embed: Sequence[bool]
+
+
+def processing_problems(
+    hf_ids: Sequence[int],
+    hf_types: Sequence[int] | None,
+    vllm_ids: Sequence[int],
+    items: Sequence[ItemRange],
+    expected_items: dict[str, int],
+    feature_ids: dict[str, int],
+) -> list[str]:
+    """Every way vLLM's processing of a prompt departs from the HF processor's; empty means
+    it matches. `hf_types` are the processor's `mm_token_type_ids` (None where it returns
+    none); `feature_ids[modality]` the token the HF model fills with that modality's rows."""
+    if list(hf_ids) != list(vllm_ids):
+        first = next((i for i, (a, b) in enumerate(zip(hf_ids, vllm_ids)) if a != b), min(len(hf_ids), len(vllm_ids)))
+        return [f"prompt ids differ: {len(hf_ids)} (HF processor) vs {len(vllm_ids)} (vLLM) tokens; first difference at {first}"]
+    problems = []
+    found = {m: sum(item.modality == m for item in items) for m in {*expected_items, *(i.modality for i in items)}}
+    for modality, count in sorted(found.items()):
+        if count != expected_items.get(modality, 0):
+            problems.append(f"{count} {modality} item(s) placed, {expected_items.get(modality, 0)} given")
+    inside = {item.offset + i for item in items for i in range(len(item.is_embed))}
+    if hf_types is not None:
+        outside = [i for i, t in enumerate(hf_types) if t and i not in inside]
+        if outside:
+            problems.append(f"{len(outside)} token(s) the HF processor types as multimodal lie outside every item (first at {outside[0]})")
+    for modality, token in sorted(feature_ids.items()):
+        hf_rows = {i for i, t in enumerate(hf_ids) if t == token}
+        ours = {item.offset + i for item in items if item.modality == modality for i, e in enumerate(item.is_embed) if e}
+        if hf_rows != ours:
+            diff = sorted(hf_rows ^ ours)
+            problems.append(
+                f"{modality} is_embed marks {len(ours)} position(s), the HF model fills {len(hf_rows)} "
+                f"(token {token}); first disagreement at {diff[0]}"
+            )
+    return problems
+
+
+def exit_code(verdicts: Iterable[Verdict]) -> int:
+    """1 if any stage failed; else 2 if any was not checked, or none passed; else 0. A
+    case transformers itself refuses (n/a) is reported and neither passes nor fails."""
+    outcomes = {v.outcome for v in verdicts}
+    if FAIL in outcomes:
+        return EXIT_FAILED
+    if NOT_CHECKED in outcomes or PASS not in outcomes:
+        return EXIT_NOT_CHECKED
+    return EXIT_PASSED
+
+
+def table(verdicts: Sequence[Verdict]) -> str:
+    """impl x case rows, a column per stage; details follow the table."""
+    stages = [s for s in STAGES if any(v.stage == s for v in verdicts)]
+    rows: dict[tuple[str, str], dict[str, Verdict]] = {}
+    for v in verdicts:
+        rows.setdefault((v.impl, v.case), {})[v.stage] = v
+    head = ["impl", "case", *stages]
+    body = [[impl, case, *(cells[s].outcome if s in cells else "-" for s in stages)] for (impl, case), cells in rows.items()]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in body)]
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for v in verdicts:
+        if v.outcome != PASS and v.detail:
+            grouped.setdefault((v.stage, v.impl, v.outcome, v.detail), []).append(v.case)
+    details = [f"[{stage}] {impl} / {', '.join(cases)}: {outcome}: {detail}" for (stage, impl, outcome, detail), cases in grouped.items()]
+    return "\n".join(lines + ([""] + details if details else []))
+
+
+def to_json(model: str, verdicts: Sequence[Verdict]) -> str:
+    return json.dumps({"model": model, "exit_code": exit_code(verdicts), "verdicts": [asdict(v) for v in verdicts]}, indent=1)

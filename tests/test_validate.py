@@ -1,0 +1,121 @@
+"""`hf-bridge validate`: verdicts per stage, exit codes, and a failure it must find.
+
+The pure rules (`hf_bridge/validate/stages.py`) by property; the command end to end on
+zoo checkpoints: Mistral3 passes every checked stage through hf_bridge; Aya Vision,
+whose HF class never applies its `logit_scale`, fails decoding on the in-tree backend
+(which applies it) while hf_bridge passes, and vLLM's native model cannot load the tiny
+checkpoint, which must read as not checked, never as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hf_bridge.validate import stages
+from hf_bridge.validate.stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, ItemRange, Verdict
+
+IMAGE, IMAGE_TOKEN = 1, 7
+
+
+@st.composite
+def placed_prompts(draw):
+    """A prompt of text (token 3) and image items (`[IMG]` rows plus one padding token
+    each side), with HF's ids and types as the processor would give them."""
+    ids, types, items = [], [], []
+    for _ in range(draw(st.integers(0, 3))):
+        ids += [3] * draw(st.integers(0, 3))
+        types += [0] * (len(ids) - len(types))
+        rows = draw(st.integers(1, 6))
+        items.append(ItemRange("image", len(ids), [False, *[True] * rows, False]))
+        ids += [8, *[IMAGE_TOKEN] * rows, 9]
+        types += [IMAGE] * (rows + 2)
+    ids += [3, 4]
+    types += [0, 0]
+    return ids, types, items
+
+
+@given(placed_prompts())
+def test_matching_processing_has_no_problems(prompt):
+    ids, types, items = prompt
+    assert stages.processing_problems(ids, types, ids, items, {"image": len(items)} if items else {}, {"image": IMAGE_TOKEN}) == []
+
+
+@given(placed_prompts(), st.data())
+def test_every_departure_is_named(prompt, data):
+    ids, types, items = prompt
+    expected = {"image": len(items)} if items else {}
+    shorter = ids[:-1]
+    assert "prompt ids differ" in stages.processing_problems(ids, types, shorter, items, expected, {})[0]
+    if items:
+        dropped = items[:-1]
+        problems = stages.processing_problems(ids, types, ids, dropped, expected, {"image": IMAGE_TOKEN})
+        assert any("item(s) placed" in p for p in problems)
+        assert any("lie outside every item" in p for p in problems)
+        assert any("is_embed marks" in p for p in problems)
+        item = data.draw(st.sampled_from(items))
+        shifted = [ItemRange("image", item.offset + 1, item.is_embed) if i is item else i for i in items]
+        problems = stages.processing_problems(ids, types, ids, shifted, expected, {"image": IMAGE_TOKEN})
+        assert any("is_embed marks" in p and "first disagreement" in p for p in problems)
+
+
+@given(st.lists(st.sampled_from([PASS, FAIL, NOT_CHECKED, NOT_APPLICABLE]), max_size=8))
+def test_exit_code_never_passes_what_was_not_checked(outcomes):
+    verdicts = [Verdict("hf_bridge", f"c{i}", "decoding", o) for i, o in enumerate(outcomes)]
+    code = stages.exit_code(verdicts)
+    if FAIL in outcomes:
+        assert code == 1
+    elif NOT_CHECKED in outcomes or PASS not in outcomes:  # all n/a checked nothing
+        assert code == 2
+    else:
+        assert code == 0
+
+
+def _validate(model_dir, tmp_path, *options):
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "hf_bridge.cli", "validate", str(model_dir), "--json", str(report), *options],
+        capture_output=True, text=True, timeout=1200,
+    )
+    return done, json.loads(report.read_text()) if report.exists() else None
+
+
+def _outcomes(report):
+    return {(v["impl"], v["case"], v["stage"]): v["outcome"] for v in report["verdicts"]}
+
+
+@pytest.mark.engine
+def test_validate_passes_mistral3_through_hf_bridge(zoo, tmp_path):
+    done, report = _validate(zoo("mistral3"), tmp_path, "--stages", "processing,decoding")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert _outcomes(report) == {
+        ("hf_bridge", "one_image", "processing"): PASS,
+        ("hf_bridge", "two_images", "processing"): PASS,
+        ("hf_bridge", "text_only", "processing"): NOT_APPLICABLE,
+        ("hf_bridge", "one_image", "decoding"): PASS,
+        ("hf_bridge", "two_images", "decoding"): PASS,
+        ("hf_bridge", "text_only", "decoding"): PASS,
+    }
+    assert "every stage checked passed" in done.stdout
+
+
+@pytest.mark.engine
+def test_validate_finds_the_in_tree_logit_scale_failure(zoo, tmp_path):
+    done, report = _validate(zoo("aya_vision"), tmp_path, "--impl", "all", "--cases", "one_image")
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    outcomes = _outcomes(report)
+    assert outcomes[("hf_bridge", "one_image", "processing")] == PASS
+    assert outcomes[("hf_bridge", "one_image", "decoding")] == PASS
+    assert outcomes[("intree", "one_image", "decoding")] == FAIL
+    detail = next(v["detail"] for v in report["verdicts"] if (v["impl"], v["stage"]) == ("intree", "decoding"))
+    assert "log-probs differ" in detail
+    # every stage is reported, the encoder as not compared, and nothing of native passes
+    assert outcomes[("hf_bridge", "one_image", "encoder")] == NOT_CHECKED
+    assert {stage for (impl, _, stage) in outcomes if impl == "native"} == set(stages.STAGES)
+    assert PASS not in {o for (impl, _, _), o in outcomes.items() if impl == "native"}
+    assert "[decoding] intree / one_image: fail" in done.stdout
