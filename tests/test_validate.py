@@ -1,10 +1,10 @@
 """`hf-bridge validate`: verdicts per stage, exit codes, and a failure it must find.
 
 The pure rules (`hf_bridge/validate/stages.py`) by property; the command end to end on
-zoo checkpoints: Mistral3 passes every checked stage through hf_bridge; Aya Vision,
-whose HF class never applies its `logit_scale`, fails decoding on the in-tree backend
-(which applies it) while hf_bridge passes, and vLLM's native model cannot load the tiny
-checkpoint, which must read as not checked, never as a pass.
+zoo checkpoints: Mistral3 passes every stage through hf_bridge; Aya Vision, whose HF
+class never applies its `logit_scale`, fails decoding on the in-tree backend (which
+applies it) with its encoder rows intact, while hf_bridge passes, and vLLM's native
+model cannot load the tiny checkpoint, which must read as not checked, never as a pass.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def placed_prompts(draw):
 @given(placed_prompts())
 def test_matching_processing_has_no_problems(prompt):
     ids, types, items = prompt
-    assert stages.processing_problems(ids, types, ids, items, {"image": len(items)} if items else {}, {"image": IMAGE_TOKEN}) == []
+    assert stages.processing_problems(ids, types, ids, items, {"image": len(items)} if items else {}, [IMAGE_TOKEN]) == []
 
 
 @given(placed_prompts(), st.data())
@@ -51,16 +51,16 @@ def test_every_departure_is_named(prompt, data):
     ids, types, items = prompt
     expected = {"image": len(items)} if items else {}
     shorter = ids[:-1]
-    assert "prompt ids differ" in stages.processing_problems(ids, types, shorter, items, expected, {})[0]
+    assert "prompt ids differ" in stages.processing_problems(ids, types, shorter, items, expected, [])[0]
     if items:
         dropped = items[:-1]
-        problems = stages.processing_problems(ids, types, ids, dropped, expected, {"image": IMAGE_TOKEN})
+        problems = stages.processing_problems(ids, types, ids, dropped, expected, [IMAGE_TOKEN])
         assert any("item(s) placed" in p for p in problems)
         assert any("lie outside every item" in p for p in problems)
         assert any("is_embed marks" in p for p in problems)
         item = data.draw(st.sampled_from(items))
         shifted = [ItemRange("image", item.offset + 1, item.is_embed) if i is item else i for i in items]
-        problems = stages.processing_problems(ids, types, ids, shifted, expected, {"image": IMAGE_TOKEN})
+        problems = stages.processing_problems(ids, types, ids, shifted, expected, [IMAGE_TOKEN])
         assert any("is_embed marks" in p and "first disagreement" in p for p in problems)
 
 
@@ -91,17 +91,29 @@ def _outcomes(report):
 
 @pytest.mark.engine
 def test_validate_passes_mistral3_through_hf_bridge(zoo, tmp_path):
-    done, report = _validate(zoo("mistral3"), tmp_path, "--stages", "processing,decoding")
+    done, report = _validate(zoo("mistral3"), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert _outcomes(report) == {
         ("hf_bridge", "one_image", "processing"): PASS,
         ("hf_bridge", "two_images", "processing"): PASS,
         ("hf_bridge", "text_only", "processing"): NOT_APPLICABLE,
+        ("hf_bridge", "one_image", "encoder"): PASS,
+        ("hf_bridge", "two_images", "encoder"): PASS,
+        ("hf_bridge", "text_only", "encoder"): NOT_APPLICABLE,
         ("hf_bridge", "one_image", "decoding"): PASS,
         ("hf_bridge", "two_images", "decoding"): PASS,
         ("hf_bridge", "text_only", "decoding"): PASS,
     }
+    # 3 rows of 4 and 4 rows of 3 [IMG] positions (test_placeholder_ranges), measured
+    assert "[encoder] hf_bridge / two_images: pass: 24 rows x 64: max |diff|" in done.stdout
     assert "every stage checked passed" in done.stdout
+
+
+@pytest.mark.engine
+def test_validate_stages_narrow_what_is_run(zoo, tmp_path):
+    done, report = _validate(zoo("mistral3"), tmp_path, "--stages", "processing", "--cases", "one_image")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert _outcomes(report) == {("hf_bridge", "one_image", "processing"): PASS}
 
 
 @pytest.mark.engine
@@ -114,8 +126,9 @@ def test_validate_finds_the_in_tree_logit_scale_failure(zoo, tmp_path):
     assert outcomes[("intree", "one_image", "decoding")] == FAIL
     detail = next(v["detail"] for v in report["verdicts"] if (v["impl"], v["stage"]) == ("intree", "decoding"))
     assert "log-probs differ" in detail
-    # every stage is reported, the encoder as not compared, and nothing of native passes
-    assert outcomes[("hf_bridge", "one_image", "encoder")] == NOT_CHECKED
+    # the encoder's rows agree on both backends: the failure lies after the encoder
+    assert outcomes[("hf_bridge", "one_image", "encoder")] == outcomes[("intree", "one_image", "encoder")] == PASS
+    # every stage of native is reported, and none as a pass
     assert {stage for (impl, _, stage) in outcomes if impl == "native"} == set(stages.STAGES)
     assert PASS not in {o for (impl, _, _), o in outcomes.items() if impl == "native"}
     assert "[decoding] intree / one_image: fail" in done.stdout

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from . import stages
@@ -103,55 +104,82 @@ def check_processing(impl: str, model_dir: str, cases) -> None:
             view.prompt_ids,
             [stages.ItemRange(i.modality, i.offset, i.is_embed) for i in view.items],
             {m: n for m, n in expected.items() if n},
-            {m: t for m, t in features.items() if expected.get(m)},
+            list(features.values()),
         )
         emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, "; ".join(problems)))
 
 
-def check_decoding(impl: str, model_dir: str, cases) -> None:
-    """Strict parity per case: prompt ids, greedy tokens, log-probs within 1e-3."""
-    from transformers import AutoProcessor
+def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None) -> None:
+    """Each case through one engine: the rows its decoder received against transformers'
+    (encoder), and strict parity: prompt ids, greedy tokens, log-probs within 1e-3 (decoding)."""
+    from transformers import AutoConfig, AutoProcessor
 
     from . import parity
+    from .encoder import RowCapture, feature_positions, load_rows
     from .engine import make_llm
     from .reference import NotApplicable, references
 
     hf_processor = AutoProcessor.from_pretrained(model_dir)
     results = references(model_dir, cases)
+    hf_rows = load_rows(encoder_rows) if encoder_rows is not None else {}
+    feature_ids = feature_token_ids(AutoConfig.from_pretrained(model_dir))
     limits = {m: max(getattr(c, f"num_{m}s") for c in cases) for m in ("image", "video", "audio")}
-    llm = make_llm(model_dir, model_impl=IMPLS[impl][0], limit_mm_per_prompt={m: n for m, n in limits.items() if n})
+    llm = make_llm(
+        model_dir,
+        model_impl=IMPLS[impl][0],
+        limit_mm_per_prompt={m: n for m, n in limits.items() if n},
+        enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
+    )
+    capture = RowCapture(llm) if "encoder" in stage_names else None
     for case, reference in zip(cases, results):
-        if isinstance(reference, NotApplicable):
-            emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
-            continue
         try:
-            problems = parity.compare(reference, parity.vllm_result(llm, hf_processor, case))
+            got, raised = parity.vllm_result(llm, hf_processor, case), None
         except Exception as error:  # noqa: BLE001 - the engine refused the request
-            problems = [f"vLLM raised {type(error).__name__}: {error}"]
-        emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, "; ".join(problems)))
+            got, raised = None, f"vLLM raised {type(error).__name__}: {error}"
+        if capture is not None:
+            positions = feature_positions(got.prompt_ids, feature_ids) if got else []
+            emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised))
+        if "decoding" in stage_names:
+            if isinstance(reference, NotApplicable):
+                emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
+                continue
+            problems = [raised] if raised else parity.compare(reference, got)
+            emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, "; ".join(problems)))
 
 
-def worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None) -> None:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Verdict:
+    if not (case.num_images or case.num_videos or case.num_audios):
+        return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, "no media")
+    if isinstance(reference, str) or reference is None:
+        return Verdict(impl, case.name, "encoder", NOT_APPLICABLE if reference else NOT_CHECKED, reference or "no transformers rows")
+    if raised:
+        return Verdict(impl, case.name, "encoder", FAIL, raised)
+    problems, measured = stages.encoder_problems(reference, rows)
+    return Verdict(impl, case.name, "encoder", FAIL if problems else PASS, "; ".join(problems) or measured)
+
+
+def worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None, encoder_rows: Path | None) -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # RowCapture reaches the model in process
     cases = selected_cases(model_dir, case_names, text)
     if "processing" in stage_names:
         check_processing(impl, model_dir, cases)
-    if "encoder" in stage_names:
-        for case in cases:
-            emit(Verdict(impl, case.name, "encoder", NOT_CHECKED, stages.ENCODER_NOT_COMPARED))
-    if "decoding" in stage_names:
-        check_decoding(impl, model_dir, cases)
+    if "encoder" in stage_names or "decoding" in stage_names:
+        check_engine(impl, model_dir, cases, stage_names, encoder_rows)
 
 
 # -- in the command's process -------------------------------------------------------------
 
 
-def run_worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None) -> list[Verdict]:
+def run_worker(
+    impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None, encoder_rows: Path | None
+) -> list[Verdict]:
     """One implementation's verdicts; those its worker did not reach are not checked."""
     command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
                "--stages", ",".join(stage_names), "--cases", ",".join(case_names)]
     if text:
         command += ["--prompt", text]
+    if encoder_rows is not None:
+        command += ["--encoder-rows", str(encoder_rows)]
     env = dict(os.environ, **IMPLS[impl][1])
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=WORKER_TIMEOUT, env=env)
@@ -197,15 +225,25 @@ def validate(args: argparse.Namespace) -> int:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
     cases = selected_cases(model_dir, args.cases.split(",") if args.cases else None, args.prompt)
     case_names = [c.name for c in cases]
-    if "decoding" in stage_names:
-        from .reference import references
+    with tempfile.TemporaryDirectory() as scratch:
+        encoder_rows = None
+        if "encoder" in stage_names:
+            from transformers import AutoConfig
 
-        with progress(f"transformers reference for {len(cases)} case(s)"):
-            references(model_dir, cases)
-    verdicts: list[Verdict] = []
-    for impl in impls:
-        with progress(f"{impl}: {', '.join(stage_names)}"):
-            verdicts += run_worker(impl, model_dir, stage_names, case_names, args.prompt)
+            from .encoder import hf_rows_file
+
+            encoder_rows = Path(scratch) / "encoder_rows.npz"
+            with progress(f"transformers encoder rows for {len(cases)} case(s)"):
+                hf_rows_file(model_dir, cases, feature_token_ids(AutoConfig.from_pretrained(model_dir)), encoder_rows)
+        if "decoding" in stage_names:
+            from .reference import references
+
+            with progress(f"transformers reference for {len(cases)} case(s)"):
+                references(model_dir, cases)
+        verdicts: list[Verdict] = []
+        for impl in impls:
+            with progress(f"{impl}: {', '.join(stage_names)}"):
+                verdicts += run_worker(impl, model_dir, stage_names, case_names, args.prompt, encoder_rows)
     print(stages.table(verdicts))
     code = stages.exit_code(verdicts)
     print({0: "every stage checked passed", 1: "a stage failed (named above)", 2: "a stage could not be checked (reason above)"}[code])
@@ -222,9 +260,9 @@ def add_parser(sub) -> None:
             "Run a local checkpoint through vLLM (hf_bridge, the in-tree Transformers backend, or vLLM's native "
             "model) and through transformers, on synthetic cases its processor can take, and report per stage "
             "where they part ways: processing (prompt ids, item ranges, is_embed against the HF processor and "
-            "model), encoder (not compared yet: reported as not checked), decoding (identical prompt ids and "
-            "greedy tokens, log-probs within 1e-3, float32). Exit code 0: every stage checked passed; 1: a stage "
-            "failed; 2: a stage could not be checked."
+            "model), encoder (the rows each decoder receives at the items' positions, relative tolerance 1e-3), "
+            "decoding (identical prompt ids and greedy tokens, log-probs within 1e-3, float32). Exit code 0: every "
+            "stage checked passed; 1: a stage failed; 2: a stage could not be checked."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -243,9 +281,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stages", required=True)
     parser.add_argument("--cases", required=True)
     parser.add_argument("--prompt")
+    parser.add_argument("--encoder-rows", type=Path)
     args = parser.parse_args(argv)
     impl, model_dir = args.worker
-    worker(impl, model_dir, args.stages.split(","), args.cases.split(","), args.prompt)
+    worker(impl, model_dir, args.stages.split(","), args.cases.split(","), args.prompt, args.encoder_rows)
 
 
 if __name__ == "__main__":

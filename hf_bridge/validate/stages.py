@@ -1,10 +1,10 @@
 """Pure: the verdicts of `hf-bridge validate`, stage by stage, and what they add up to.
 
 A verdict is one implementation x one case x one stage. `processing` compares what vLLM
-builds for the prompt with what the HF processor builds; `encoder` (per-item embeddings)
-is not compared yet and says so; `decoding` is the tests' strict parity. Nothing here
-reports a pass it did not check: a stage left out or impossible is "not checked", with
-its reason.
+builds for the prompt with what the HF processor builds; `encoder` the rows each side's
+decoder receives at the items' positions (`encoder.py`); `decoding` is the tests' strict
+parity. Nothing here reports a pass it did not check: a stage that could not run is
+"not checked", with its reason.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ STAGES = ("processing", "encoder", "decoding")
 PASS, FAIL, NOT_CHECKED, NOT_APPLICABLE = "pass", "fail", "not checked", "n/a"
 EXIT_PASSED, EXIT_FAILED, EXIT_NOT_CHECKED = 0, 1, 2
 
-ENCODER_NOT_COMPARED = "this version does not compare per-item embeddings with the HF model's get_*_features yet"
+ENCODER_RTOL = 1e-3
+"""Encoder rows agree when max |vLLM - transformers| <= ENCODER_RTOL x max |transformers|
+(float32: one tower, run by two runtimes, differs in the last bits)."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,11 @@ def processing_problems(
     vllm_ids: Sequence[int],
     items: Sequence[ItemRange],
     expected_items: dict[str, int],
-    feature_ids: dict[str, int],
+    feature_ids: Sequence[int],
 ) -> list[str]:
     """Every way vLLM's processing of a prompt departs from the HF processor's; empty means
     it matches. `hf_types` are the processor's `mm_token_type_ids` (None where it returns
-    none); `feature_ids[modality]` the token the HF model fills with that modality's rows."""
+    none); `feature_ids` the tokens the HF model fills with encoder rows (none: unchecked)."""
     if list(hf_ids) != list(vllm_ids):
         first = next((i for i, (a, b) in enumerate(zip(hf_ids, vllm_ids)) if a != b), min(len(hf_ids), len(vllm_ids)))
         return [f"prompt ids differ: {len(hf_ids)} (HF processor) vs {len(vllm_ids)} (vLLM) tokens; first difference at {first}"]
@@ -63,16 +65,32 @@ def processing_problems(
         outside = [i for i, t in enumerate(hf_types) if t and i not in inside]
         if outside:
             problems.append(f"{len(outside)} token(s) the HF processor types as multimodal lie outside every item (first at {outside[0]})")
-    for modality, token in sorted(feature_ids.items()):
-        hf_rows = {i for i, t in enumerate(hf_ids) if t == token}
-        ours = {item.offset + i for item in items if item.modality == modality for i, e in enumerate(item.is_embed) if e}
+    if feature_ids:
+        hf_rows = {i for i, t in enumerate(hf_ids) if t in set(feature_ids)}
+        ours = {item.offset + i for item in items for i, e in enumerate(item.is_embed) if e}
         if hf_rows != ours:
-            diff = sorted(hf_rows ^ ours)
             problems.append(
-                f"{modality} is_embed marks {len(ours)} position(s), the HF model fills {len(hf_rows)} "
-                f"(token {token}); first disagreement at {diff[0]}"
+                f"is_embed marks {len(ours)} position(s), the HF model fills {len(hf_rows)} "
+                f"(tokens {sorted(set(feature_ids))}); first disagreement at {min(hf_rows ^ ours)}"
             )
     return problems
+
+
+def encoder_problems(reference, rows, rtol: float = ENCODER_RTOL) -> tuple[list[str], str]:
+    """(problems, measurement) for the rows vLLM placed against those transformers placed
+    (arrays of positions x width; vLLM's may carry extra columns after the width)."""
+    import numpy as np
+
+    if rows is None:
+        return ["vLLM placed no encoder rows"], ""
+    if rows.shape[0] != reference.shape[0]:
+        return [f"vLLM placed {rows.shape[0]} rows, transformers {reference.shape[0]}"], ""
+    rows = rows[:, : reference.shape[1]]
+    worst = float(np.max(np.abs(rows - reference))) if rows.size else 0.0
+    scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+    relative = worst / scale if scale else worst
+    measured = f"{reference.shape[0]} rows x {reference.shape[1]}: max |diff| {worst:.2e}, relative {relative:.2e} (tolerance {rtol:.0e})"
+    return ([] if relative <= rtol else [f"rows differ: {measured}"]), measured
 
 
 def exit_code(verdicts: Iterable[Verdict]) -> int:
@@ -99,7 +117,7 @@ def table(verdicts: Sequence[Verdict]) -> str:
     lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in body)]
     grouped: dict[tuple[str, str, str, str], list[str]] = {}
     for v in verdicts:
-        if v.outcome != PASS and v.detail:
+        if v.detail:
             grouped.setdefault((v.stage, v.impl, v.outcome, v.detail), []).append(v.case)
     details = [f"[{stage}] {impl} / {', '.join(cases)}: {outcome}: {detail}" for (stage, impl, outcome, detail), cases in grouped.items()]
     return "\n".join(lines + ([""] + details if details else []))
