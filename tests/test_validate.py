@@ -10,6 +10,7 @@ model cannot load the tiny checkpoint, which must read as not checked, never as 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -132,3 +133,25 @@ def test_validate_finds_the_in_tree_logit_scale_failure(zoo, tmp_path):
     assert {stage for (impl, _, stage) in outcomes if impl == "native"} == set(stages.STAGES)
     assert PASS not in {o for (impl, _, _), o in outcomes.items() if impl == "native"}
     assert "[decoding] intree / one_image: fail" in done.stdout
+
+
+@pytest.mark.engine
+def test_validate_names_a_processor_that_announces_more_than_the_tower_gives(zoo, tmp_path):
+    """LLaVA's processor told one more token per image than its CLIP tower returns: the
+    processing stage names the counts, and nothing crashes (transformers' own forward
+    refuses the case, so encoder and decoding are n/a, text still decodes)."""
+    model_dir = tmp_path / "llava-announces-one-more"
+    shutil.copytree(zoo("llava"), model_dir, ignore=shutil.ignore_patterns("hf_bridge_reference.json"))
+    config = json.loads((model_dir / "processor_config.json").read_text())
+    config["num_additional_image_tokens"] += 1
+    (model_dir / "processor_config.json").write_text(json.dumps(config))
+
+    done, report = _validate(model_dir, tmp_path, "--cases", "one_image,text_only")
+
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    outcomes = _outcomes(report)
+    assert outcomes[("hf_bridge", "one_image", "processing")] == FAIL
+    detail = next(v["detail"] for v in report["verdicts"] if (v["case"], v["stage"]) == ("one_image", "processing"))
+    assert "vLLM's items announce 17 embedding position(s), the HF model's get_*_features returns 16" in detail
+    assert outcomes[("hf_bridge", "one_image", "decoding")] == NOT_APPLICABLE
+    assert outcomes[("hf_bridge", "text_only", "decoding")] == PASS

@@ -71,12 +71,16 @@ def emit(verdict: Verdict) -> None:
     print(VERDICT_PREFIX + json.dumps(verdict.__dict__), flush=True)
 
 
-def check_processing(impl: str, model_dir: str, cases) -> None:
-    """vLLM's prompt ids and item ranges against the HF processor's, per case."""
+def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None) -> None:
+    """vLLM's prompt ids and item ranges against the HF processor's, and the embedding
+    positions its items announce against the rows the HF encoder returns, per case."""
     from transformers import AutoConfig, AutoProcessor
 
     from .. import inspect as inspection
     from . import parity
+    from .encoder import load_rows
+
+    row_counts = load_rows(encoder_rows)[1] if encoder_rows is not None else {}
 
     hf_processor = AutoProcessor.from_pretrained(model_dir)
     processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0])
@@ -98,15 +102,26 @@ def check_processing(impl: str, model_dir: str, cases) -> None:
             continue
         types = hf.get("mm_token_type_ids")
         expected = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
+        counted = row_counts.get(case.name)
+        counted_rows = counted if isinstance(counted, int) else None
+        hf_ids = hf["input_ids"][0].tolist()
+        hf_mismatch = stages.transformers_mismatch(hf_ids, list(features.values()), counted_rows)
+        if hf_mismatch and sum(sum(i.is_embed) for i in view.items) == counted_rows:
+            # vLLM's items agree with the encoder; transformers' own prompt does not (Fuyu, two images)
+            emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, hf_mismatch))
+            continue
         problems = stages.processing_problems(
-            hf["input_ids"][0].tolist(),
+            hf_ids,
             None if types is None else types[0].tolist(),
             view.prompt_ids,
             [stages.ItemRange(i.modality, i.offset, i.is_embed) for i in view.items],
             {m: n for m, n in expected.items() if n},
             list(features.values()),
+            counted_rows,
         )
-        emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, "; ".join(problems)))
+        unmeasured = counted if isinstance(counted, str) else ""
+        detail = "; ".join(problems) or (f"encoder rows not counted: {unmeasured}" if unmeasured else "")
+        emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, detail))
 
 
 def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None) -> None:
@@ -121,21 +136,26 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
 
     hf_processor = AutoProcessor.from_pretrained(model_dir)
     results = references(model_dir, cases)
-    hf_rows = load_rows(encoder_rows) if encoder_rows is not None else {}
+    hf_rows = load_rows(encoder_rows)[0] if encoder_rows is not None else {}
     feature_ids = feature_token_ids(AutoConfig.from_pretrained(model_dir))
     limits = {m: max(getattr(c, f"num_{m}s") for c in cases) for m in ("image", "video", "audio")}
-    llm = make_llm(
-        model_dir,
-        model_impl=IMPLS[impl][0],
-        limit_mm_per_prompt={m: n for m, n in limits.items() if n},
-        enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
-    )
-    capture = RowCapture(llm) if "encoder" in stage_names else None
+
+    def start():
+        llm = make_llm(
+            model_dir,
+            model_impl=IMPLS[impl][0],
+            limit_mm_per_prompt={m: n for m, n in limits.items() if n},
+            enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
+        )
+        return llm, RowCapture(llm) if "encoder" in stage_names else None
+
+    llm, capture = start()
     for case, reference in zip(cases, results):
         try:
             got, raised = parity.vllm_result(llm, hf_processor, case), None
         except Exception as error:  # noqa: BLE001 - the engine refused the request
             got, raised = None, f"vLLM raised {type(error).__name__}: {error}"
+            llm, capture = start()  # an in-process engine that raised is not reused
         if capture is not None:
             positions = feature_positions(got.prompt_ids, feature_ids) if got else []
             emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised))
@@ -162,7 +182,7 @@ def worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[s
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # RowCapture reaches the model in process
     cases = selected_cases(model_dir, case_names, text)
     if "processing" in stage_names:
-        check_processing(impl, model_dir, cases)
+        check_processing(impl, model_dir, cases, encoder_rows)
     if "encoder" in stage_names or "decoding" in stage_names:
         check_engine(impl, model_dir, cases, stage_names, encoder_rows)
 
@@ -227,7 +247,7 @@ def validate(args: argparse.Namespace) -> int:
     case_names = [c.name for c in cases]
     with tempfile.TemporaryDirectory() as scratch:
         encoder_rows = None
-        if "encoder" in stage_names:
+        if "encoder" in stage_names or "processing" in stage_names:
             from transformers import AutoConfig
 
             from .encoder import hf_rows_file

@@ -22,9 +22,10 @@ import numpy as np
 from . import parity
 
 
-def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int]) -> dict[str, np.ndarray | str]:
-    """Case name -> the rows transformers' decoder receives at feature-token positions, or
-    the reason there are none to compare. Runs in this interpreter: call `hf_rows_file`."""
+def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int]):
+    """(case name -> the rows transformers' decoder receives at feature-token positions, or
+    the reason there are none; case name -> `encoder_row_count`). Runs in this
+    interpreter: call `hf_rows_file`."""
     import torch
     from transformers import AutoProcessor
 
@@ -38,11 +39,17 @@ def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[s
 
     model.get_decoder().register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
     out: dict[str, np.ndarray | str] = {}
+    counts: dict[str, int | str] = {}
     for case in cases:
         captured.clear()
         try:
             inputs = parity.hf_inputs(processor, case)
             inputs.pop("labels", None)
+        except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
+            out[case.name] = counts[case.name] = f"transformers: {type(error).__name__}: {error}"
+            continue
+        counts[case.name] = encoder_row_count(model, inputs, case)
+        try:
             with torch.no_grad():
                 model(**inputs)
         except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
@@ -54,7 +61,30 @@ def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[s
         ids = inputs["input_ids"][0]
         positions = feature_positions(ids.tolist(), feature_ids)
         out[case.name] = captured[0][0][positions].float().numpy()
-    return out
+    return out, counts
+
+
+TEXT_FIELDS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "labels"})
+
+
+def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
+    """How many rows the HF model's own `get_<modality>_features` returns for the case's
+    items (hf_bridge's `features.encode`, which calls exactly that): what the processor's
+    placeholders must announce. Asked directly, so a processor that announces more than
+    the tower gives is measured, where the model's forward would only raise."""
+    import torch
+
+    from ..features import encode
+
+    hidden = model.config.get_text_config().hidden_size
+    model = model.base_model  # the entries live there (Fuyu's generation class has none)
+    fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
+    modalities = [m for m in ("image", "video", "audio") if getattr(case, f"num_{m}s")]
+    try:
+        with torch.no_grad():
+            return sum(encode(model, m, fields, hidden).shape[0] for m in modalities)
+    except Exception as error:  # noqa: BLE001 - reported: the count could not be taken
+        return f"get_*_features raised {type(error).__name__}: {error}"
 
 
 def feature_positions(prompt_ids: list[int], feature_ids: dict[str, int]) -> list[int]:
@@ -73,11 +103,13 @@ def hf_rows_file(model_dir: str | Path, cases: list[parity.Case], feature_ids: d
         raise RuntimeError(f"transformers' encoder rows could not be computed:\n{done.stderr[-3000:]}")
 
 
-def load_rows(path: Path) -> dict[str, np.ndarray | str]:
+def load_rows(path: Path) -> tuple[dict[str, np.ndarray | str], dict[str, int | str]]:
+    """What `hf_rows_file` saved: (rows or reasons, encoder row counts) per case name."""
     with np.load(path) as saved:
-        rows: dict[str, np.ndarray | str] = {k: saved[k] for k in saved.files if k != "__reasons__"}
+        rows: dict[str, np.ndarray | str] = {k: saved[k] for k in saved.files if not k.startswith("__")}
         rows.update(json.loads(str(saved["__reasons__"])))
-    return rows
+        counts = json.loads(str(saved["__counts__"]))
+    return rows, counts
 
 
 class RowCapture:
@@ -123,10 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
     cases = [parity.Case(**json.loads(key)) for key in args.cases]
-    rows = hf_rows(args.model_dir, cases, json.loads(args.feature_ids))
+    rows, counts = hf_rows(args.model_dir, cases, json.loads(args.feature_ids))
     arrays = {k: v for k, v in rows.items() if isinstance(v, np.ndarray)}
     reasons = {k: v for k, v in rows.items() if isinstance(v, str)}
-    np.savez(args.out, __reasons__=np.array(json.dumps(reasons)), **arrays)
+    np.savez(args.out, __reasons__=np.array(json.dumps(reasons)), __counts__=np.array(json.dumps(counts)), **arrays)
 
 
 if __name__ == "__main__":

@@ -48,14 +48,24 @@ def processing_problems(
     items: Sequence[ItemRange],
     expected_items: dict[str, int],
     feature_ids: Sequence[int],
+    encoder_rows: int | None = None,
 ) -> list[str]:
-    """Every way vLLM's processing of a prompt departs from the HF processor's; empty means
-    it matches. `hf_types` are the processor's `mm_token_type_ids` (None where it returns
-    none); `feature_ids` the tokens the HF model fills with encoder rows (none: unchecked)."""
+    """Every way vLLM's processing of a prompt departs from the HF processor's, or either
+    from the HF encoder; empty means it matches. `hf_types` are the processor's
+    `mm_token_type_ids` (None where it returns none); `feature_ids` the tokens the HF model
+    fills with encoder rows (none: unchecked); `encoder_rows` how many rows the HF model's
+    `get_*_features` returns for the items (None: not counted)."""
+    problems = []
+    features = set(feature_ids)
+    hf_mismatch = transformers_mismatch(hf_ids, feature_ids, encoder_rows)
+    if hf_mismatch:
+        problems.append(hf_mismatch)
+    announced = sum(sum(item.is_embed) for item in items)
+    if encoder_rows is not None and announced != encoder_rows:
+        problems.append(f"vLLM's items announce {announced} embedding position(s), the HF model's get_*_features returns {encoder_rows}")
     if list(hf_ids) != list(vllm_ids):
         first = next((i for i, (a, b) in enumerate(zip(hf_ids, vllm_ids)) if a != b), min(len(hf_ids), len(vllm_ids)))
-        return [f"prompt ids differ: {len(hf_ids)} (HF processor) vs {len(vllm_ids)} (vLLM) tokens; first difference at {first}"]
-    problems = []
+        return problems + [f"prompt ids differ: {len(hf_ids)} (HF processor) vs {len(vllm_ids)} (vLLM) tokens; first difference at {first}"]
     found = {m: sum(item.modality == m for item in items) for m in {*expected_items, *(i.modality for i in items)}}
     for modality, count in sorted(found.items()):
         if count != expected_items.get(modality, 0):
@@ -65,15 +75,28 @@ def processing_problems(
         outside = [i for i, t in enumerate(hf_types) if t and i not in inside]
         if outside:
             problems.append(f"{len(outside)} token(s) the HF processor types as multimodal lie outside every item (first at {outside[0]})")
-    if feature_ids:
-        hf_rows = {i for i, t in enumerate(hf_ids) if t in set(feature_ids)}
+    if features:
+        hf_rows = {i for i, t in enumerate(hf_ids) if t in features}
         ours = {item.offset + i for item in items for i, e in enumerate(item.is_embed) if e}
         if hf_rows != ours:
             problems.append(
                 f"is_embed marks {len(ours)} position(s), the HF model fills {len(hf_rows)} "
-                f"(tokens {sorted(set(feature_ids))}); first disagreement at {min(hf_rows ^ ours)}"
+                f"(tokens {sorted(features)}); first disagreement at {min(hf_rows ^ ours)}"
             )
     return problems
+
+
+def transformers_mismatch(hf_ids: Sequence[int], feature_ids: Sequence[int], encoder_rows: int | None) -> str:
+    """Why transformers cannot run a case whose prompt holds another number of feature
+    tokens than its encoder gives rows ("" where they agree or were not counted)."""
+    features = set(feature_ids)
+    in_hf = sum(t in features for t in hf_ids)
+    if encoder_rows is None or not features or in_hf == encoder_rows:
+        return ""
+    return (
+        f"the HF processor's prompt holds {in_hf} feature token(s) {sorted(features)}, the HF model's "
+        f"get_*_features returns {encoder_rows} row(s): transformers itself cannot run this case"
+    )
 
 
 def encoder_problems(reference, rows, rtol: float = ENCODER_RTOL) -> tuple[list[str], str]:
