@@ -74,3 +74,12 @@ def _tokenizer(model_type: str):
 
     spec = shrink.generic_spec(model_type)
     return build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
+
+
+def test_a_dynamic_resolution_processor_gives_the_tower_no_side():
+    """PaddleOCR-VL's size holds pixel counts (shortest_edge 147456): read as a side, its
+    tower's position table grew past the machine's memory."""
+    image_processor = shrink._sub_processor_class("paddleocr_vl", "image_processor")()
+    assert shrink._output_height(image_processor) is None
+    clip = shrink._sub_processor_class("llava", "image_processor")(crop_size={"height": 56, "width": 56}, do_center_crop=True)
+    assert shrink._output_height(clip) == 56

@@ -113,7 +113,8 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass),
     # its default 384 px tiles are no multiple of the tower's 14 px patches; checkpoints use 448
-    "qianfan_ocr": Override(sub_processors={"image_processor": dict(size={"height": 448, "width": 448})}),
+    # and at most 4 tiles (of 256 tokens) per image, so two images fit the parity engines' 4096
+    "qianfan_ocr": Override(sub_processors={"image_processor": dict(size={"height": 448, "width": 448}, max_patches=4)}),
     "perception_lm": Override(
         sub_processors={
             "image_processor": dict(tile_size=PERCEPTION_LM_TILE, max_num_tiles=4, size={"height": PERCEPTION_LM_TILE, "width": PERCEPTION_LM_TILE}),
@@ -203,10 +204,13 @@ def align_towers(config: Any, processor: Any) -> None:
 
 def _output_height(image_processor: Any) -> int | None:
     """The side of the images the processor gives the tower: its crop where it crops (CLIP),
-    else its size's height or shortest edge."""
+    else its size's height or shortest edge. None for a dynamic-resolution processor, whose
+    `shortest_edge`/`longest_edge` are pixel counts (Qwen2-VL's family: PaddleOCR-VL)."""
     def side(size: Any) -> int | None:
-        size = size if size is None or isinstance(size, dict) else vars(size)
-        return (size or {}).get("height") or (size or {}).get("shortest_edge")
+        size = (size if size is None or isinstance(size, dict) else vars(size)) or {}
+        if size.get("longest_edge") is not None and size.get("height") is None:
+            return None
+        return size.get("height") or size.get("shortest_edge")
 
     if getattr(image_processor, "do_center_crop", False) and side(getattr(image_processor, "crop_size", None)):
         return side(image_processor.crop_size)
@@ -294,11 +298,16 @@ def make_config(model_type: str):
                 shrink(sub, VISION_SIZES)
         follow_tower_widths(config, widths)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
-        # before `rederived`: a config that validates the sections' sum (Cosmos3-Edge) is rebuilt there
-        if _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict):
+        fits_mrope = _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict)
+        if fits_mrope and "mrope_section" in text.rope_parameters:
+            # before `rederived`: a config that validates the sections' sum (Cosmos3-Edge) is rebuilt there
             text.rope_parameters["mrope_section"] = mrope_sections(text)
         if getattr(config, "text_config", None) is text:
             config.text_config = text = rederived(text)
+        if fits_mrope:
+            # after: a config whose default RoPE has no sections refuses the key when rebuilt
+            # (PaddleOCR-VL), though its model reads them
+            text.rope_parameters["mrope_section"] = mrope_sections(text)
         for sub in sub_configs(config).values():
             for name in ("out_hidden_size", "projection_dim", "text_hidden_size", "output_dim"):
                 if hasattr(sub, name):
