@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from hf_bridge.validate.cases import CASES, cases_of
+
 ROOT = Path(__file__).resolve().parent.parent
-CASES = {"one_image": "image", "two_images": "image", "text_only": "text", "video": "video", "audio": "audio"}
-"""Each standard case, with the modality the processor needs for it."""
 IMPLS = {"hf_bridge": {}, "in-tree": {"HF_BRIDGE_DISABLE": "1"}, "native": {}}
 WORKER_TIMEOUT = 900
 
@@ -125,18 +125,6 @@ def build(model_type: str, cache: Path) -> tuple[Path, int, list[str]]:
     if best != seed:
         subprocess.run([sys.executable, "-c", code, model_type, str(directory), str(best)], check=True, capture_output=True, timeout=600)
     return directory, 64, cases
-
-
-def cases_of(model_dir: Path) -> list[str]:
-    """The standard cases whose modality the checkpoint's processor has (text always)."""
-    saved = " ".join(p.read_text() for p in model_dir.glob("*.json") if "processor" in p.name or "preprocessor" in p.name)
-    has = {
-        "text": True,
-        "image": "image_processor" in saved or (model_dir / "preprocessor_config.json").exists(),
-        "video": "video_processor" in saved or (model_dir / "video_preprocessor_config.json").exists(),
-        "audio": "feature_extractor" in saved or "audio_processor" in saved,
-    }
-    return [c for c, modality in CASES.items() if has[modality]]
 
 
 def degenerate_cases(model_dir: Path, cases: list[str]) -> list[str]:

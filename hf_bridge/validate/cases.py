@@ -19,3 +19,9 @@ def cases_of(model_dir: str | Path) -> list[str]:
         "audio": "feature_extractor" in saved or "audio_processor" in saved,
     }
     return [c for c, modality in CASES.items() if has[modality]]
+
+
+def media_counts(case) -> dict[str, int]:
+    """A `parity.Case`'s items per modality, those it has."""
+    counts = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
+    return {m: n for m, n in counts.items() if n}

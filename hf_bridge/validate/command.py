@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from . import stages
-from .cases import CASES, cases_of
+from .cases import CASES, cases_of, media_counts
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
 
 IMPLS = {
@@ -86,7 +86,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
     processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0])
     features = feature_token_ids(AutoConfig.from_pretrained(model_dir))
     for case in cases:
-        if not (case.num_images or case.num_videos or case.num_audios):
+        if not media_counts(case):
             emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, TEXT_ONLY_PROCESSING))
             continue
         try:
@@ -101,7 +101,6 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
             emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
             continue
         types = hf.get("mm_token_type_ids")
-        expected = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
         counted = row_counts.get(case.name)
         counted_rows = counted if isinstance(counted, int) else None
         hf_ids = hf["input_ids"][0].tolist()
@@ -115,7 +114,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
             None if types is None else types[0].tolist(),
             view.prompt_ids,
             [stages.ItemRange(i.modality, i.offset, i.is_embed) for i in view.items],
-            {m: n for m, n in expected.items() if n},
+            media_counts(case),
             list(features.values()),
             counted_rows,
         )
@@ -138,13 +137,16 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     results = references(model_dir, cases)
     hf_rows = load_rows(encoder_rows)[0] if encoder_rows is not None else {}
     feature_ids = feature_token_ids(AutoConfig.from_pretrained(model_dir))
-    limits = {m: max(getattr(c, f"num_{m}s") for c in cases) for m in ("image", "video", "audio")}
+    limits: dict[str, int] = {}
+    for case in cases:
+        for modality, n in media_counts(case).items():
+            limits[modality] = max(limits.get(modality, 0), n)
 
     def start():
         llm = make_llm(
             model_dir,
             model_impl=IMPLS[impl][0],
-            limit_mm_per_prompt={m: n for m, n in limits.items() if n},
+            limit_mm_per_prompt=limits,
             enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
         )
         return llm, RowCapture(llm) if "encoder" in stage_names else None
@@ -168,7 +170,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
 
 
 def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Verdict:
-    if not (case.num_images or case.num_videos or case.num_audios):
+    if not media_counts(case):
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, "no media")
     if isinstance(reference, str) or reference is None:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE if reference else NOT_CHECKED, reference or "no transformers rows")

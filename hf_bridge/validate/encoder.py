@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from . import parity
+from .cases import media_counts
 
 
 def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int]):
@@ -79,10 +80,9 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
     fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
-    modalities = [m for m in ("image", "video", "audio") if getattr(case, f"num_{m}s")]
     try:
         with torch.no_grad():
-            return sum(encode(model, m, fields, hidden).shape[0] for m in modalities)
+            return sum(encode(model, m, fields, hidden).shape[0] for m in media_counts(case))
     except Exception as error:  # noqa: BLE001 - reported: the count could not be taken
         return f"get_*_features raised {type(error).__name__}: {error}"
 
