@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from hf_bridge.validate.cases import CASES, cases_of
+from hf_bridge.validate.stages import last_exception
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPLS = {"hf_bridge": {}, "in-tree": {"HF_BRIDGE_DISABLE": "1"}, "native": {}}
@@ -116,7 +117,7 @@ def build(model_type: str, cache: Path) -> tuple[Path, int, list[str]]:
     for seed in range(SEEDS):
         done = subprocess.run([sys.executable, "-c", code, model_type, str(directory), str(seed)], capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise RuntimeError(done.stderr.strip().splitlines()[-1][:240] if done.stderr.strip() else "build failed")
+            raise RuntimeError(last_exception(done.stderr, 240) if done.stderr.strip() else f"build failed (exit {done.returncode})")
         cases = cases_of(directory)
         tried[seed] = degenerate_cases(directory, cases)
         if not tried[seed]:
@@ -162,9 +163,9 @@ def sweep_type(model_type: str, cache: Path, results: Path) -> None:
         cmd = [sys.executable, __file__, "--worker", impl, str(model_dir), ",".join(cases), str(side)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT, env=dict(os.environ, **env))
-            output, tail = done.stdout, done.stderr.strip().splitlines()[-1:] or [""]
+            output, cause = done.stdout, last_exception(done.stderr, 240)
         except subprocess.TimeoutExpired as exc:
-            output, tail = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), [f"timed out after {WORKER_TIMEOUT} s"]
+            output, cause = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), f"timed out after {WORKER_TIMEOUT} s"
         seen = set()
         for line in output.splitlines():
             if line.startswith("SWEEP "):
@@ -173,7 +174,7 @@ def sweep_type(model_type: str, cache: Path, results: Path) -> None:
                 record(impl, entry["case"], entry["outcome"], entry["detail"])
         for case in cases:
             if case not in seen:
-                record(impl, case, "error", f"worker died: {tail[0][:240]}")
+                record(impl, case, "error", f"worker died: {cause}")
 
 
 def render(results: Path) -> str:

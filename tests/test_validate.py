@@ -155,3 +155,17 @@ def test_validate_names_a_processor_that_announces_more_than_the_tower_gives(zoo
     assert "vLLM's items announce 17 embedding position(s), the HF model's get_*_features returns 16" in detail
     assert outcomes[("hf_bridge", "one_image", "decoding")] == NOT_APPLICABLE
     assert outcomes[("hf_bridge", "text_only", "decoding")] == PASS
+
+
+def test_last_exception_keeps_the_lines_that_continue_it():
+    stderr = (
+        "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, Model architecture X is not supported\n  For further information visit ...\n"
+    )
+    assert stages.last_exception(stderr) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig ... "
+        "Value error, Model architecture X is not supported ... For further information visit ..."
+    )
+    assert stages.last_exception("just a line\n") == "just a line"
+    assert stages.last_exception("") == "no output"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -212,26 +211,13 @@ def run_worker(
         stderr = stderr if isinstance(stderr, str) else stderr.decode()
     verdicts = [Verdict(**json.loads(line[len(VERDICT_PREFIX):])) for line in stdout.splitlines() if line.startswith(VERDICT_PREFIX)]
     if died:
-        cause = _last_error(stderr)
+        cause = stages.last_exception(stderr)
         reached = {(v.case, v.stage) for v in verdicts}
         verdicts += [
             Verdict(impl, case, stage, NOT_CHECKED, f"the {impl} worker stopped: {cause}")
             for stage in stage_names for case in case_names if (case, stage) not in reached
         ]
     return verdicts
-
-
-EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b")
-
-
-def _last_error(stderr: str) -> str:
-    """The last exception a worker printed, with the lines that continue its message
-    (pydantic puts the reason on the next ones)."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
-    if not starts:
-        return (lines or ["no output"])[-1][:400]
-    return " ... ".join(lines[starts[-1] : starts[-1] + 3])[:400]
 
 
 def validate(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ parity. Nothing here reports a pass it did not check: a stage that could not run
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -114,6 +115,19 @@ def encoder_problems(reference, rows, rtol: float = ENCODER_RTOL) -> tuple[list[
     relative = worst / scale if scale else worst
     measured = f"{reference.shape[0]} rows x {reference.shape[1]}: max |diff| {worst:.2e}, relative {relative:.2e} (tolerance {rtol:.0e})"
     return ([] if relative <= rtol else [f"rows differ: {measured}"]), measured
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b")
+
+
+def last_exception(stderr: str, limit: int = 400) -> str:
+    """The last exception a process printed, with the lines that continue its message
+    (pydantic's reason, transformers' missing-backend advice come on the next ones)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
+    if not starts:
+        return (lines or ["no output"])[-1][:limit]
+    return " ... ".join(lines[starts[-1] : starts[-1] + 3])[:limit]
 
 
 def exit_code(verdicts: Iterable[Verdict]) -> int:
