@@ -79,9 +79,21 @@ class Inspection:
     hf_processor: str
     """Class of the HF processor that ran (inside vLLM's processor)."""
     vllm_processor: str
-    """Class of vLLM's multimodal processor that called it."""
+    """Module and class of vLLM's multimodal processor that called it: hf_bridge's, the
+    in-tree backend's or a native model's."""
     tokens: list[str]
     view: PromptView
+
+    @classmethod
+    def of(cls, processor, view: PromptView) -> Inspection:
+        """The inspection of `view`, which `processor` (from `build_processor`) made."""
+        return cls(
+            source=str(processor.info.ctx.model_config.model),
+            hf_processor=type(processor.info.get_hf_processor()).__name__,
+            vllm_processor=f"{type(processor).__module__}.{type(processor).__name__}",
+            tokens=view.tokens(processor.info.get_tokenizer()),
+            view=view,
+        )
 
     @property
     def items(self) -> list[ItemView]:
@@ -97,7 +109,8 @@ class Inspection:
                 i.offset,
                 i.length,
                 i.is_embed,
-                {k: describe_data(v) for k, v in i.data.items() if not k.startswith(BOOKKEEPING_PREFIX)},
+                # sorted: the order of an item's fields varies from process to process
+                {k: describe_data(i.data[k]) for k in sorted(i.data) if not k.startswith(BOOKKEEPING_PREFIX)},
             )
             for i in self.items
         ]
@@ -108,7 +121,7 @@ class Inspection:
             counts[item.modality] = counts.get(item.modality, 0) + 1
         media = ", ".join(f"{n} {m}{'s' if n > 1 else ''}" for m, n in counts.items()) or "no media"
         return [
-            f"processors: {self.hf_processor} (transformers), called by {self.vllm_processor} (vLLM, via hf_bridge)",
+            f"processors: {self.hf_processor} (transformers), called by {self.vllm_processor}",
             f"prompt: {len(self.tokens)} tokens, {media}",
         ]
 
@@ -139,14 +152,7 @@ def inspect(
         build_processor(model_or_processor) if isinstance(model_or_processor, (str, Path)) else model_or_processor
     )
     mm_data = {m: items for m, items in (("image", images), ("video", videos), ("audio", audios)) if items}
-    view = inspect_prompt(processor, prompt, mm_data, mm_processor_kwargs)
-    return Inspection(
-        source=str(processor.info.ctx.model_config.model),
-        hf_processor=type(processor.info.get_hf_processor()).__name__,
-        vllm_processor=type(processor).__name__,
-        tokens=view.tokens(processor.info.get_tokenizer()),
-        view=view,
-    )
+    return Inspection.of(processor, inspect_prompt(processor, prompt, mm_data, mm_processor_kwargs))
 
 
 def inspect_prompt(

@@ -83,10 +83,10 @@ def test_inspection_of_a_checkpoint_without_weights(zoo, tmp_path):
 
     assert [(i.offset, i.length, i.num_embeds) for i in result.items] == [(6, 15, 12), (21, 16, 12)]
     text = repr(result)
-    assert "PixtralProcessor (transformers), called by HFBridgeMultiModalProcessor" in text
+    assert "PixtralProcessor (transformers), called by hf_bridge.processing.HFBridgeMultiModalProcessor" in text
     assert "prompt: 48 tokens, 2 images" in text
-    assert "image 0: positions 6..20 (15), 12 embedding, 3 grid padding; image.pixel_values (1, 3, 84, 112) float32, image.image_sizes (1, 2) int64" in text
-    assert "image 1: positions 21..36 (16), 12 embedding, 4 grid padding; image.pixel_values (1, 3, 112, 84) float32, image.image_sizes (1, 2) int64" in text
+    assert "image 0: positions 6..20 (15), 12 embedding, 3 grid padding; image.image_sizes (1, 2) int64, image.pixel_values (1, 3, 84, 112) float32" in text
+    assert "image 1: positions 21..36 (16), 12 embedding, 4 grid padding; image.image_sizes (1, 2) int64, image.pixel_values (1, 3, 112, 84) float32" in text
     assert "[image 0: [IMG]x4 {[IMG_BREAK]} [IMG]x4 {[IMG_BREAK]} [IMG]x4 {[IMG_END]} ]" in text
     assert "hf_bridge_" not in text  # bookkeeping fields restate what is shown
     page = result._repr_html_()
