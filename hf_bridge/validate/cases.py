@@ -6,6 +6,9 @@ from pathlib import Path
 
 CASES = {"one_image": "image", "two_images": "image", "text_only": "text", "video": "video", "audio": "audio"}
 """Each standard case (`parity.standard_cases`), with the modality the processor needs for it."""
+IMAGE_SIDE = 64
+"""Side of the synthetic test images for a checkpoint outside the zoo (processors resize
+them as they would any image)."""
 
 
 def cases_of(model_dir: str | Path) -> list[str]:

@@ -1,6 +1,6 @@
 """Tiny, seeded, randomly initialised checkpoints built offline from real HF classes."""
 
-from .build import build, default_cache_dir
+from .build import build, cached, default_cache_dir
 from .specs import SPECS
 
-__all__ = ["SPECS", "build", "default_cache_dir"]
+__all__ = ["SPECS", "build", "cached", "default_cache_dir"]

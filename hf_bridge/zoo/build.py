@@ -60,7 +60,7 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     """
     if name not in SPECS:
         raise KeyError(f"no zoo model {name!r}; choose one of {', '.join(SPECS)}")
-    directory = Path(directory or default_cache_dir() / f"{name}-s{seed}")
+    directory = _directory(name, directory, seed)
     if not force and _is_built(directory, name, seed):
         return directory
     cmd = [sys.executable, "-m", "hf_bridge.zoo", name, "--dir", str(directory), "--seed", str(seed)]
@@ -68,6 +68,16 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     if done.returncode != 0 or not _is_built(directory, name, seed):
         raise RuntimeError(f"building zoo model {name!r} failed:\n{done.stderr[-4000:]}")
     return directory
+
+
+def cached(name: str, directory: Path | None = None, *, seed: int = 0) -> Path | None:
+    """Where `build(name, directory, seed=seed)` would find a finished build, or None."""
+    directory = _directory(name, directory, seed)
+    return directory if _is_built(directory, name, seed) else None
+
+
+def _directory(name: str, directory: Path | None, seed: int) -> Path:
+    return Path(directory or default_cache_dir() / f"{name}-s{seed}")
 
 
 def _key(name: str, seed: int) -> dict:
@@ -136,6 +146,10 @@ def _is_plain(value) -> bool:
         return False
 
 
+DESCRIPTIVE_FIELDS = {"notes", "cpu_parity_gap"}
+"""Spec fields that describe a model without changing how it is built."""
+
+
 def _recipe_digest(spec: ZooSpec) -> str:
     """Changes when this model's recipe does: its spec and functions, the tokenizer, the
     build steps (other models' recipes do not count)."""
@@ -145,7 +159,7 @@ def _recipe_digest(spec: ZooSpec) -> str:
 
     this_module = sys.modules[__name__]  # `zoo.build` is the function: the package re-exports it
 
-    fields = {k: v for k, v in vars(spec).items() if not callable(v)}
+    fields = {k: v for k, v in vars(spec).items() if not callable(v) and k not in DESCRIPTIVE_FIELDS}
     parts = [repr(sorted(fields.items())), inspect.getsource(tokenizer), inspect.getsource(this_module)]
     for fn in (spec.make_config, spec.make_processor):
         parts.append(inspect.getsource(fn))

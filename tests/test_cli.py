@@ -1,0 +1,48 @@
+"""`hf-bridge demo` as a new user meets it: their own checkpoint, a cached build said
+as such, random weights explained, and the CPU's known parity gaps in its help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hf_bridge import cli
+
+
+def test_help_names_the_architectures_whose_parity_fails_on_a_cpu(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for arch in ("gemma3", "paligemma"):
+        assert f"{arch}: it attends bidirectionally" in text
+    assert "--model MODEL" in text
+
+
+def test_a_cached_build_is_reused_and_said_so(zoo, capsys):
+    built = zoo("llava")
+    args = cli.build_parser().parse_args(["demo", "--arch", "llava"])
+    model_dir, side, gap = cli._demo_checkpoint(args)
+    out = capsys.readouterr().out
+    assert model_dir == built and (side, gap) == (64, "")
+    assert f"Using the tiny llava checkpoint built earlier in {built}" in out
+    assert "Building" not in out
+
+
+def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path):
+    args = cli.build_parser().parse_args(["demo", "--model", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit, match="is not a checkpoint directory"):
+        cli._demo_checkpoint(args)
+
+
+@pytest.mark.engine
+def test_demo_serves_a_checkpoint_given_by_path(zoo):
+    model_dir = zoo("llava")
+    done = subprocess.run(
+        [sys.executable, "-m", "hf_bridge.cli", "demo", "--model", str(model_dir)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Parity with transformers: PASS" in done.stdout
+    assert "weights are random" not in done.stdout  # the user's own weights are not
