@@ -10,6 +10,7 @@ model cannot load the tiny checkpoint, which must read as not checked, never as 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -90,9 +91,17 @@ def _outcomes(report):
     return {(v["impl"], v["case"], v["stage"]): v["outcome"] for v in report["verdicts"]}
 
 
+@pytest.fixture(scope="module")
+def mistral3_validated(zoo, tmp_path_factory):
+    """`hf-bridge validate` on the zoo's Mistral3, every stage and case, with --html."""
+    tmp_path = tmp_path_factory.mktemp("mistral3")
+    done, report = _validate(zoo("mistral3"), tmp_path, "--html", str(tmp_path / "report.html"))
+    return done, report, tmp_path / "report.html"
+
+
 @pytest.mark.engine
-def test_validate_passes_mistral3_through_hf_bridge(zoo, tmp_path):
-    done, report = _validate(zoo("mistral3"), tmp_path)
+def test_validate_passes_mistral3_through_hf_bridge(mistral3_validated):
+    done, report, _ = mistral3_validated
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert _outcomes(report) == {
         ("hf_bridge", "one_image", "processing"): PASS,
@@ -108,6 +117,49 @@ def test_validate_passes_mistral3_through_hf_bridge(zoo, tmp_path):
     # 3 rows of 4 and 4 rows of 3 [IMG] positions (test_placeholder_ranges), measured
     assert "[encoder] hf_bridge / two_images: pass: 24 rows x 64: max |diff|" in done.stdout
     assert "every stage checked passed" in done.stdout
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--hide-scrollbars", "--window-size=1400,2400", "--virtual-time-budget=10000",
+]
+
+
+def _colour_count(picture, rgb) -> int:
+    return sum(n for n, colour in picture.getcolors(maxcolors=1 << 24) if colour[:3] == rgb)
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="needs Debian's chromium, which .ci/run installs")
+def test_html_report_shows_the_token_strip_and_the_images(mistral3_validated, tmp_path):
+    from PIL import Image
+
+    from hf_bridge.display import EMBED, KIND_COLOURS, PADDING
+    from hf_bridge.validate.report import OUTCOME_COLOURS
+
+    _, _, page = mistral3_validated
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text and "<script" not in text  # self-contained
+    assert text.count('<img alt="two_images image') == 2 and text.count('class="strip"') == 2
+
+    shot = tmp_path / "report.png"
+    done = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert shot.exists(), done.stderr[-2000:]
+    picture = Image.open(shot).convert("RGB")
+    rgb = {name: tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5)) for name, colour in {**KIND_COLOURS, "pass": OUTCOME_COLOURS["pass"]}.items()}
+    counts = {name: _colour_count(picture, colour) for name, colour in rgb.items()}
+    distinct = len(picture.getcolors(maxcolors=1 << 24))
+    seen = f"pixels per colour {counts}, {distinct} distinct colours; chromium: {done.stderr[-1500:]}"
+    # the strip: embedding positions and [IMG_BREAK]/[IMG_END] grid padding, in their colours
+    assert counts[EMBED] > 2000 and counts[PADDING] > 500, seen
+    assert counts["pass"] > 2000, seen  # the verdict cells
+    # the images: textured noise, tens of thousands of distinct colours; text and flat fills have few
+    assert distinct > 10_000, seen
 
 
 @pytest.mark.engine
@@ -169,3 +221,21 @@ def test_last_exception_keeps_the_lines_that_continue_it():
     )
     assert stages.last_exception("just a line\n") == "just a line"
     assert stages.last_exception("") == "no output"
+
+
+def test_report_shows_itself_as_text_and_html():
+    from hf_bridge.validate.report import OUTCOME_COLOURS, Report
+
+    verdicts = [
+        Verdict("hf_bridge", "one_image", "processing", PASS),
+        Verdict("intree", "one_image", "decoding", FAIL, "greedy tokens differ: [1] vs [2]"),
+    ]
+    report = Report("/m", verdicts, images={"one_image": [b"png"]}, strips={("hf_bridge", "one_image"): "<i>strip</i>"})
+    assert report.exit_code == 1
+    assert repr(report).endswith("a stage failed (named above)")
+    assert "[decoding] intree / one_image: fail: greedy tokens differ" in repr(report)
+    shown = report._repr_html_()
+    assert OUTCOME_COLOURS[FAIL] in shown and OUTCOME_COLOURS[PASS] in shown
+    assert 'src="data:image/png;base64,cG5n"' in shown and "<i>strip</i>" in shown
+    assert json.loads(report.to_json())["exit_code"] == 1
+    assert report.page().startswith("<!DOCTYPE html>")

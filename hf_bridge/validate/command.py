@@ -15,10 +15,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import stages
-from .cases import CASES, cases_of, media_counts
+from .cases import CASES, IMAGE_SIDE, cases_of, media_counts
+from .report import Report
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
 
 IMPLS = {
@@ -28,10 +30,10 @@ IMPLS = {
 }
 """`--impl` name -> (vLLM's `model_impl`, environment of its worker)."""
 VERDICT_PREFIX = "VERDICT "
+VIEW_PREFIX = "VIEW "
+"""A worker's line holding one case's prompt as its processor placed it (HTML)."""
 WORKER_TIMEOUT = 900
 TEXT_ONLY_PROCESSING = "no media: vLLM tokenizes the prompt without its multimodal processor (decoding compares the ids)"
-IMAGE_SIDE = 64
-"""Side of the synthetic test images (processors resize them as they would any image)."""
 
 
 def selected_cases(model_dir: str | Path, names: list[str] | None, text: str | None):
@@ -70,6 +72,10 @@ def emit(verdict: Verdict) -> None:
     print(VERDICT_PREFIX + json.dumps(verdict.__dict__), flush=True)
 
 
+def emit_view(impl: str, case: str, inspection) -> None:
+    print(VIEW_PREFIX + json.dumps({"impl": impl, "case": case, "html": inspection._repr_html_()}), flush=True)
+
+
 def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None) -> None:
     """vLLM's prompt ids and item ranges against the HF processor's, and the embedding
     positions its items announce against the rows the HF encoder returns, per case."""
@@ -99,6 +105,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
         except Exception as error:  # noqa: BLE001 - vLLM's processing refused what HF accepts
             emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
             continue
+        emit_view(impl, case.name, inspection.Inspection.of(processor, view))
         types = hf.get("mm_token_type_ids")
         counted = row_counts.get(case.name)
         counted_rows = counted if isinstance(counted, int) else None
@@ -193,8 +200,9 @@ def worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[s
 
 def run_worker(
     impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None, encoder_rows: Path | None
-) -> list[Verdict]:
-    """One implementation's verdicts; those its worker did not reach are not checked."""
+) -> tuple[list[Verdict], dict[tuple[str, str], str]]:
+    """One implementation's verdicts, those its worker did not reach not checked, and the
+    prompts as its processor placed them ((impl, case) -> HTML)."""
     command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
                "--stages", ",".join(stage_names), "--cases", ",".join(case_names)]
     if text:
@@ -210,6 +218,8 @@ def run_worker(
         stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
         stderr = stderr if isinstance(stderr, str) else stderr.decode()
     verdicts = [Verdict(**json.loads(line[len(VERDICT_PREFIX):])) for line in stdout.splitlines() if line.startswith(VERDICT_PREFIX)]
+    views = [json.loads(line[len(VIEW_PREFIX):]) for line in stdout.splitlines() if line.startswith(VIEW_PREFIX)]
+    strips = {(v["impl"], v["case"]): v["html"] for v in views}
     if died:
         cause = stages.last_exception(stderr)
         reached = {(v.case, v.stage) for v in verdicts}
@@ -217,22 +227,30 @@ def run_worker(
             Verdict(impl, case, stage, NOT_CHECKED, f"the {impl} worker stopped: {cause}")
             for stage in stage_names for case in case_names if (case, stage) not in reached
         ]
-    return verdicts
+    return verdicts, strips
 
 
-def validate(args: argparse.Namespace) -> int:
+def run(
+    model: str | Path,
+    impl: str = "hf_bridge",
+    stage_names: Sequence[str] = stages.STAGES,
+    case_names: Sequence[str] | None = None,
+    prompt: str | None = None,
+) -> Report:
+    """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
+    does, and return the report (it shows itself in a notebook)."""
     from ..progress import progress
 
-    model_dir = str(Path(args.model).expanduser())
+    model_dir = str(Path(model).expanduser())
     if not Path(model_dir).is_dir():
         raise SystemExit(f"hf-bridge validate: {model_dir} is not a checkpoint directory (hub ids need the hub; download it first)")
-    impls = list(IMPLS) if args.impl == "all" else [args.impl]
-    stage_names = args.stages.split(",")
+    impls = list(IMPLS) if impl == "all" else [impl]
     unknown = [s for s in stage_names if s not in stages.STAGES]
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
-    cases = selected_cases(model_dir, args.cases.split(",") if args.cases else None, args.prompt)
-    case_names = [c.name for c in cases]
+    cases = selected_cases(model_dir, list(case_names) if case_names else None, prompt)
+    names = [c.name for c in cases]
+    report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
     with tempfile.TemporaryDirectory() as scratch:
         encoder_rows = None
         if "encoder" in stage_names or "processing" in stage_names:
@@ -248,16 +266,37 @@ def validate(args: argparse.Namespace) -> int:
 
             with progress(f"transformers reference for {len(cases)} case(s)"):
                 references(model_dir, cases)
-        verdicts: list[Verdict] = []
-        for impl in impls:
-            with progress(f"{impl}: {', '.join(stage_names)}"):
-                verdicts += run_worker(impl, model_dir, stage_names, case_names, args.prompt, encoder_rows)
-    print(stages.table(verdicts))
-    code = stages.exit_code(verdicts)
-    print({0: "every stage checked passed", 1: "a stage failed (named above)", 2: "a stage could not be checked (reason above)"}[code])
+        for name in impls:
+            with progress(f"{name}: {', '.join(stage_names)}"):
+                verdicts, strips = run_worker(name, model_dir, list(stage_names), names, prompt, encoder_rows)
+            report.verdicts += verdicts
+            report.strips.update(strips)
+    return report
+
+
+def case_pngs(case) -> list[bytes]:
+    """A case's test images, then each video's frames, as PNG."""
+    import io
+
+    from PIL import Image
+
+    pictures = list(case.images) + [Image.fromarray(frame) for video in case.videos for frame in video]
+    pngs = []
+    for picture in pictures:
+        buffer = io.BytesIO()
+        picture.save(buffer, format="PNG")
+        pngs.append(buffer.getvalue())
+    return pngs
+
+
+def validate(args: argparse.Namespace) -> int:
+    report = run(args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt)
+    print(report)
     if args.json:
-        Path(args.json).write_text(stages.to_json(model_dir, verdicts))
-    return code
+        Path(args.json).write_text(report.to_json())
+    if args.html:
+        Path(args.html).write_text(report.page())
+    return report.exit_code
 
 
 def add_parser(sub) -> None:
@@ -280,6 +319,7 @@ def add_parser(sub) -> None:
     v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(CASES)})")
     v.add_argument("--prompt", help="the user's text in every case, instead of each case's own")
     v.add_argument("--json", help="also write the verdicts as JSON here")
+    v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")
     v.set_defaults(func=validate)
 
 
