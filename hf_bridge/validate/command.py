@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import stages
-from .cases import CASES, IMAGE_SIDE, cases_of, media_counts
+from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of, media_counts
 from .report import Report
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
 
@@ -36,20 +36,65 @@ WORKER_TIMEOUT = 900
 TEXT_ONLY_PROCESSING = "no media: vLLM tokenizes the prompt without its multimodal processor (decoding compares the ids)"
 
 
-def selected_cases(model_dir: str | Path, names: list[str] | None, text: str | None):
-    """The standard cases this checkpoint's processor can run (or those named), with the
-    user's text where given."""
+def selected_cases(
+    model_dir: str | Path,
+    names: Sequence[str] | None = None,
+    text: str | None = None,
+    images: Sequence[str] = (),
+    videos: Sequence[str] = (),
+    cases_file: str | Path | None = None,
+) -> list:
+    """The cases to run: the user's own (`images`/`videos` with `text`, and each line of
+    `cases_file`), then the standard cases named, or, without cases of the user's, every
+    standard case this checkpoint's processor can run (with the user's text where given)."""
     import dataclasses
 
     from . import parity
 
-    available = cases_of(model_dir)
+    available = cases_of(model_dir, VALIDATE_CASES)
+    own = []
+    if images or videos:
+        own.append(parity.Case.from_files("user", text or parity.Case.text, images, videos))
+    if cases_file:
+        own += cases_from_file(cases_file)
+    takes = {VALIDATE_CASES[c] for c in available}
+    for case in own:
+        lacking = [m for m in media_counts(case) if m not in takes]
+        if lacking:
+            raise SystemExit(f"hf-bridge validate: case {case.name!r} has {' and '.join(lacking)} input, which this checkpoint's processor does not take")
     unknown = sorted(set(names or []) - set(available))
     if unknown:
         raise SystemExit(f"hf-bridge validate: case(s) {', '.join(unknown)} unavailable for this checkpoint; it can run {', '.join(available)}")
-    standard = parity.standard_cases(IMAGE_SIDE)
-    chosen = [standard[n] for n in (names or available)]
-    return [dataclasses.replace(c, text=text) for c in chosen] if text else chosen
+    standard = {**parity.standard_cases(IMAGE_SIDE), **parity.shape_cases()}
+    chosen = [standard[n] for n in (names or ([] if own else available))]
+    chosen = [dataclasses.replace(c, text=text) for c in chosen] if text else chosen
+    cases = own + chosen
+    repeated = sorted({c.name for c in cases if [d.name for d in cases].count(c.name) > 1})
+    if repeated:
+        raise SystemExit(f"hf-bridge validate: case name(s) {', '.join(repeated)} used twice; give each case its own name")
+    return cases
+
+
+def cases_from_file(path: str | Path) -> list:
+    """Cases from a JSONL file: one object per line, `{"name": ..., "prompt": ...,
+    "images": [paths], "videos": [paths]}`; paths relative to the file."""
+    from . import parity
+
+    path = Path(path).expanduser()
+    cases = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            unknown = set(entry) - {"name", "prompt", "images", "videos"}
+            if unknown:
+                raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; keys are name, prompt, images, videos")
+            resolve = [str(path.parent / p) for p in entry.get("images", [])], [str(path.parent / p) for p in entry.get("videos", [])]
+            cases.append(parity.Case.from_files(entry.get("name", f"line{number}"), entry.get("prompt", parity.Case.text), *resolve))
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(f"hf-bridge validate: {path}:{number}: {error}") from None
+    return cases
 
 
 def feature_token_ids(config) -> dict[str, int]:
@@ -129,9 +174,10 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
         emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, detail))
 
 
-def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None) -> None:
+def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, lenient: bool = False) -> None:
     """Each case through one engine: the rows its decoder received against transformers'
-    (encoder), and strict parity: prompt ids, greedy tokens, log-probs within 1e-3 (decoding)."""
+    (encoder), and decoding: strict parity (prompt ids, greedy tokens, log-probs within
+    1e-3), or with `lenient` vLLM's own tests' rule (`parity.compare_lenient`)."""
     from transformers import AutoConfig, AutoProcessor
 
     from . import parity
@@ -171,8 +217,14 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             if isinstance(reference, NotApplicable):
                 emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
                 continue
-            problems = [raised] if raised else parity.compare(reference, got)
-            emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, "; ".join(problems)))
+            if raised:
+                problems, found = [raised], ""
+            elif lenient:
+                problems, found = parity.compare_lenient(reference, got)
+                found = f"lenient rule: {found}"
+            else:
+                problems, found = parity.compare(reference, got), ""
+            emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, "; ".join(problems) or found))
 
 
 def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Verdict:
@@ -186,27 +238,29 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Ve
     return Verdict(impl, case.name, "encoder", FAIL if problems else PASS, "; ".join(problems) or measured)
 
 
-def worker(impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None, encoder_rows: Path | None) -> None:
+def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None, lenient: bool = False) -> None:
+    from . import parity
+
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # RowCapture reaches the model in process
-    cases = selected_cases(model_dir, case_names, text)
+    cases = [parity.Case(**json.loads(key)) for key in case_keys]
     if "processing" in stage_names:
         check_processing(impl, model_dir, cases, encoder_rows)
     if "encoder" in stage_names or "decoding" in stage_names:
-        check_engine(impl, model_dir, cases, stage_names, encoder_rows)
+        check_engine(impl, model_dir, cases, stage_names, encoder_rows, lenient)
 
 
 # -- in the command's process -------------------------------------------------------------
 
 
 def run_worker(
-    impl: str, model_dir: str, stage_names: list[str], case_names: list[str], text: str | None, encoder_rows: Path | None
+    impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None, lenient: bool = False
 ) -> tuple[list[Verdict], dict[tuple[str, str], str]]:
     """One implementation's verdicts, those its worker did not reach not checked, and the
     prompts as its processor placed them ((impl, case) -> HTML)."""
     command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
-               "--stages", ",".join(stage_names), "--cases", ",".join(case_names)]
-    if text:
-        command += ["--prompt", text]
+               "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases])]
+    if lenient:
+        command.append("--lenient")
     if encoder_rows is not None:
         command += ["--encoder-rows", str(encoder_rows)]
     env = dict(os.environ, **IMPLS[impl][1])
@@ -225,7 +279,7 @@ def run_worker(
         reached = {(v.case, v.stage) for v in verdicts}
         verdicts += [
             Verdict(impl, case, stage, NOT_CHECKED, f"the {impl} worker stopped: {cause}")
-            for stage in stage_names for case in case_names if (case, stage) not in reached
+            for stage in stage_names for case in (c.name for c in cases) if (case, stage) not in reached
         ]
     return verdicts, strips
 
@@ -236,9 +290,14 @@ def run(
     stage_names: Sequence[str] = stages.STAGES,
     case_names: Sequence[str] | None = None,
     prompt: str | None = None,
+    images: Sequence[str] = (),
+    videos: Sequence[str] = (),
+    cases_file: str | Path | None = None,
+    lenient: bool = False,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
-    does, and return the report (it shows itself in a notebook)."""
+    does, and return the report (it shows itself in a notebook). The cases are those of
+    `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule."""
     from ..progress import progress
 
     model_dir = str(Path(model).expanduser())
@@ -248,8 +307,7 @@ def run(
     unknown = [s for s in stage_names if s not in stages.STAGES]
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
-    cases = selected_cases(model_dir, list(case_names) if case_names else None, prompt)
-    names = [c.name for c in cases]
+    cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file)
     report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
     with tempfile.TemporaryDirectory() as scratch:
         encoder_rows = None
@@ -268,7 +326,7 @@ def run(
                 references(model_dir, cases)
         for name in impls:
             with progress(f"{name}: {', '.join(stage_names)}"):
-                verdicts, strips = run_worker(name, model_dir, list(stage_names), names, prompt, encoder_rows)
+                verdicts, strips = run_worker(name, model_dir, list(stage_names), cases, encoder_rows, lenient)
             report.verdicts += verdicts
             report.strips.update(strips)
     return report
@@ -290,7 +348,10 @@ def case_pngs(case) -> list[bytes]:
 
 
 def validate(args: argparse.Namespace) -> int:
-    report = run(args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt)
+    report = run(
+        args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
+        args.image or (), args.video or (), args.cases_file, args.lenient,
+    )
     print(report)
     if args.json:
         Path(args.json).write_text(report.to_json())
@@ -316,8 +377,16 @@ def add_parser(sub) -> None:
     v.add_argument("model", help="checkpoint directory (config, weights, processor)")
     v.add_argument("--impl", choices=[*IMPLS, "all"], default="hf_bridge", help="the vLLM implementation to check")
     v.add_argument("--stages", default=",".join(stages.STAGES), help="comma-separated stages to run")
-    v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(CASES)})")
+    v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(VALIDATE_CASES)})")
     v.add_argument("--prompt", help="the user's text in every case, instead of each case's own")
+    v.add_argument("--image", action="append", metavar="PATH", help="your own image (repeatable): one case of your images, videos and --prompt, run instead of the standard cases unless --cases names some")
+    v.add_argument("--video", action="append", metavar="PATH", help="your own video file (repeatable; read with OpenCV), in that case")
+    v.add_argument("--cases-file", metavar="JSONL", help='your own cases, one JSON object per line: {"name": ..., "prompt": ..., "images": [...], "videos": [...]} (paths relative to the file)')
+    v.add_argument(
+        "--lenient", action="store_true",
+        help="judge decoding by vLLM's own tests' rule: where greedy tokens first differ, each side's token must be in the "
+        "other's top 5 (a near-tie, reported as such); log-prob differences are reported, not judged",
+    )
     v.add_argument("--json", help="also write the verdicts as JSON here")
     v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")
     v.set_defaults(func=validate)
@@ -327,12 +396,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--worker", nargs=2, metavar=("IMPL", "MODEL_DIR"), required=True)
     parser.add_argument("--stages", required=True)
-    parser.add_argument("--cases", required=True)
-    parser.add_argument("--prompt")
+    parser.add_argument("--cases", required=True, help="JSON list of `parity.Case` keys")
     parser.add_argument("--encoder-rows", type=Path)
+    parser.add_argument("--lenient", action="store_true")
     args = parser.parse_args(argv)
     impl, model_dir = args.worker
-    worker(impl, model_dir, args.stages.split(","), args.cases.split(","), args.prompt, args.encoder_rows)
+    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, args.lenient)
 
 
 if __name__ == "__main__":

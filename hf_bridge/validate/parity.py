@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,17 @@ ATOL = 1e-3
 """Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
 
 MAX_NEW_TOKENS = 8
+TOP_K = 5
+"""Alternatives kept per generated position, for the lenient rule (vLLM's own tests' k)."""
 
 
 @dataclass(frozen=True)
 class Case:
     """One prompt, defined by plain parameters so it can be rebuilt in another process.
 
-    Its media are deterministic: image i is a textured `side`-based image of seed i+1,
-    audio clip i a chirp with noise of seed i+1.
+    Its media are the user's files where given (`image_files`, `video_files`), else
+    deterministic: image i is a textured `side`-based image of seed i+1, audio clip i a
+    chirp with noise of seed i+1.
     """
 
     name: str
@@ -40,14 +44,45 @@ class Case:
     num_videos: int = 0
     text: str = "Describe what you see."
     num_audios: int = 0
+    image_files: tuple[str, ...] = ()
+    video_files: tuple[str, ...] = ()
+    media_digest: str = ""
+    """Digest of the files' bytes, so a cached reference follows a file that changed."""
+    image_shape: tuple[int, ...] = ()
+    """(width, height) of every synthetic image, instead of the two `side`-based shapes."""
+
+    def __post_init__(self):
+        for name in ("image_files", "video_files", "image_shape"):  # lists, once the case went through JSON
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @classmethod
+    def from_files(cls, name: str, text: str, images: Sequence[str] = (), videos: Sequence[str] = ()) -> Case:
+        """A case of the user's own image and video files (absolute paths are kept)."""
+        import hashlib
+
+        paths = [str(Path(p).expanduser().resolve()) for p in (*images, *videos)]
+        missing = [p for p in paths if not Path(p).is_file()]
+        if missing:
+            raise FileNotFoundError(f"no such media file: {', '.join(missing)}")
+        digest = hashlib.sha256(b"".join(Path(p).read_bytes() for p in paths)).hexdigest()[:16]
+        return cls(
+            name, num_images=len(images), num_videos=len(videos), text=text,
+            image_files=tuple(paths[: len(images)]), video_files=tuple(paths[len(images) :]), media_digest=digest,
+        )
 
     @property
     def images(self) -> list[Any]:
-        shapes = [(self.side + self.side // 2, self.side), (self.side, self.side + self.side // 3)]
+        if self.image_files:
+            from PIL import Image
+
+            return [Image.open(path).convert("RGB") for path in self.image_files]
+        shapes = [self.image_shape] if self.image_shape else [(self.side + self.side // 2, self.side), (self.side, self.side + self.side // 3)]
         return [test_image(*shapes[i % 2], seed=i + 1) for i in range(self.num_images)]
 
     @property
     def videos(self) -> list[Any]:
+        if self.video_files:
+            return [read_video(path) for path in self.video_files]
         return [test_video(seed=7 + i) for i in range(self.num_videos)]
 
     @property
@@ -62,9 +97,28 @@ class Case:
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
-        if not self.num_audios:  # keys of cases without audio read as before it existed
-            del fields["num_audios"]
+        for name in ("num_audios", "image_files", "video_files", "media_digest", "image_shape"):
+            if not fields[name]:  # keys of cases without them read as before they existed
+                del fields[name]
         return json.dumps(fields, sort_keys=True)
+
+
+def read_video(path: str) -> np.ndarray:
+    """Every frame of a video file, RGB, as (frames, height, width, 3) uint8 (OpenCV, as
+    vLLM's own video loader)."""
+    import cv2
+
+    capture = cv2.VideoCapture(path)
+    frames = []
+    while True:
+        ok, frame = capture.read()
+        if not ok:
+            break
+        frames.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+    capture.release()
+    if not frames:
+        raise ValueError(f"{path}: OpenCV read no frames (not a video, or a codec it lacks)")
+    return np.stack(frames)
 
 
 def test_image(width: int, height: int, seed: int):
@@ -106,6 +160,15 @@ def standard_cases(side: int) -> dict[str, Case]:
     }
 
 
+def shape_cases() -> dict[str, Case]:
+    """Two image shapes `hf-bridge validate` adds to the standard cases: a 5:1 strip, and a
+    1024 x 768 photo, which tiling processors (InternVL, LLaVA-NeXT, Idefics3) tile."""
+    return {
+        "odd_aspect": Case("odd_aspect", num_images=1, image_shape=(320, 64), text="Read the strip."),
+        "large_image": Case("large_image", num_images=1, image_shape=(1024, 768)),
+    }
+
+
 @dataclass
 class Result:
     prompt_ids: list[int]
@@ -113,6 +176,8 @@ class Result:
     token_logprobs: list[float]
     prompt_logprobs: list[float]
     """Log-prob of prompt token i given tokens < i, for i >= 1."""
+    top_logprobs: list[list[tuple[int, float]]] = dataclasses.field(default_factory=list)
+    """Per generated position, the `TOP_K` likeliest (token, log-prob), likeliest first."""
 
 
 def prompt_text(processor, case: Case) -> str:
@@ -186,13 +251,16 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
         prompt_logits = model(**inputs).logits[0].float()
     ids = out.sequences[0].tolist()
     tokens = ids[prompt_len:]
-    token_logprobs = [torch.log_softmax(step[0].float(), -1)[t].item() for step, t in zip(out.logits, tokens)]
+    steps = [torch.log_softmax(step[0].float(), -1) for step in out.logits]
+    token_logprobs = [step[t].item() for step, t in zip(steps, tokens)]
+    top = [list(zip(*(x.tolist() for x in reversed(step.topk(TOP_K))))) for step in steps]
     prompt_lps = torch.log_softmax(prompt_logits, -1)
     return Result(
         prompt_ids=ids[:prompt_len],
         tokens=tokens,
         token_logprobs=token_logprobs,
         prompt_logprobs=[prompt_lps[i - 1, ids[i]].item() for i in range(1, prompt_len)],
+        top_logprobs=top,
     )
 
 
@@ -218,7 +286,7 @@ def sampling_params():
     from vllm import SamplingParams
 
     return SamplingParams(
-        max_tokens=MAX_NEW_TOKENS, min_tokens=MAX_NEW_TOKENS, temperature=0.0, logprobs=0, prompt_logprobs=0
+        max_tokens=MAX_NEW_TOKENS, min_tokens=MAX_NEW_TOKENS, temperature=0.0, logprobs=TOP_K, prompt_logprobs=0
     )
 
 
@@ -248,7 +316,8 @@ def result_from_output(out) -> Result:
     token_lps = [lp[t].logprob for t, lp in zip(tokens, completion.logprobs)]
     prompt = list(out.prompt_token_ids)
     prompt_lps = [lp[t].logprob for t, lp in zip(prompt[1:], out.prompt_logprobs[1:])]
-    return Result(prompt, tokens, token_lps, prompt_lps)
+    top = [sorted(((t, p.logprob) for t, p in lp.items() if p.rank <= TOP_K), key=lambda pair: -pair[1]) for lp in completion.logprobs]
+    return Result(prompt, tokens, token_lps, prompt_lps, top)
 
 
 def compare(reference: Result, candidate: Result, atol: float = ATOL) -> list[str]:
@@ -271,6 +340,35 @@ def compare(reference: Result, candidate: Result, atol: float = ATOL) -> list[st
         if len(ref) != len(cand) or not worst <= atol or any(math.isnan(c) for c in cand):
             problems.append(f"{label} log-probs differ by up to {worst:.2e} (tolerance {atol:.0e})")
     return problems
+
+
+def compare_lenient(reference: Result, candidate: Result) -> tuple[list[str], str]:
+    """vLLM's own tests' rule (`check_logprobs_close`): identical prompt ids, and where the
+    greedy tokens first differ, each side's token must be among the other's `TOP_K`; the
+    sequences are not compared past it. Returns (problems, what was found: the near-tie,
+    if any, and the largest log-prob difference before it)."""
+    if reference.prompt_ids != candidate.prompt_ids:
+        return compare(reference, candidate)[:1], ""
+    agreed = len(reference.tokens)
+    problems, found = [], []
+    for i, (r, c) in enumerate(zip(reference.tokens, candidate.tokens)):
+        if r == c:
+            continue
+        agreed = i
+        in_candidate = r in {t for t, _ in candidate.top_logprobs[i]}
+        in_reference = c in {t for t, _ in reference.top_logprobs[i]}
+        where = f"generated position {i}: transformers chose {r} ({reference.token_logprobs[i]:.3f}), vLLM {c} ({candidate.token_logprobs[i]:.3f})"
+        if in_candidate and in_reference:
+            found.append(f"near-tie at {where}, each in the other's top {TOP_K}; not compared past it")
+        else:
+            problems.append(f"tokens differ at {where}, not each in the other's top {TOP_K}")
+        break
+    worst = max(
+        (abs(a - b) for a, b in zip(reference.token_logprobs[:agreed] + reference.prompt_logprobs, candidate.token_logprobs[:agreed] + candidate.prompt_logprobs)),
+        default=0.0,
+    )
+    found.append(f"max |log-prob difference| {worst:.2e} where compared (the strict rule's tolerance: {ATOL:.0e})")
+    return problems, "; ".join(found)
 
 
 def _first_difference(a: list[int], b: list[int]) -> int:
