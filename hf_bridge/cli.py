@@ -73,15 +73,12 @@ def demo(args: argparse.Namespace) -> int:
 def _demo_checkpoint(args: argparse.Namespace):
     """(checkpoint directory, test image side, why parity cannot hold on a CPU) for the
     user's own `--model`, else the zoo's `--arch` (built once, then reused)."""
-    from pathlib import Path
-
     from .validate.cases import IMAGE_SIDE, cases_of
+    from .validate.checkpoint import checkpoint_dir
     from .zoo import SPECS, build, cached, default_cache_dir
 
     if args.model:
-        model_dir = Path(args.model).expanduser()
-        if not model_dir.is_dir():
-            raise SystemExit(f"hf-bridge demo: --model {model_dir} is not a checkpoint directory")
+        model_dir = checkpoint_dir(args.model, "hf-bridge demo")
         if args.images and "one_image" not in cases_of(model_dir):
             raise SystemExit(f"hf-bridge demo: {model_dir} has no image processor; run it with --images 0")
         return model_dir, IMAGE_SIDE, ""
@@ -116,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--arch", choices=[a for a, s in SPECS.items() if s.servable], default="llava",
         help=f"tiny zoo architecture to serve. With images, parity fails on a CPU for these ({gaps})",
     )
-    d.add_argument("--model", help="serve your own checkpoint directory instead of a tiny zoo model")
+    d.add_argument("--model", help="serve your own checkpoint (a directory, or a hub id where the hub is reachable) instead of a tiny zoo model")
     d.add_argument("--prompt", default="Describe the image.", help="the user's text, after the images")
     d.add_argument("--images", type=int, choices=[0, 1, 2], default=1, help="number of (generated) test images")
     d.add_argument("--multiprocess", action="store_true", help="run vLLM's engine core in its own process (vLLM's default; slower to start)")

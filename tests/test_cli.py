@@ -30,9 +30,13 @@ def test_a_cached_build_is_reused_and_said_so(zoo, capsys):
     assert "Building" not in out
 
 
-def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path):
+def test_a_model_that_is_neither_a_directory_nor_a_fetchable_hub_id_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as here: no hub
     args = cli.build_parser().parse_args(["demo", "--model", str(tmp_path / "missing")])
-    with pytest.raises(SystemExit, match="is not a checkpoint directory"):
+    with pytest.raises(SystemExit, match="is neither a checkpoint directory nor a hub id that could be fetched"):
+        cli._demo_checkpoint(args)
+    args = cli.build_parser().parse_args(["demo", "--model", "someone/some-vlm"])
+    with pytest.raises(SystemExit, match=r"hf-bridge demo: someone/some-vlm is neither .* download it where the hub is reachable"):
         cli._demo_checkpoint(args)
 
 

@@ -300,9 +300,9 @@ def run(
     `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule."""
     from ..progress import progress
 
-    model_dir = str(Path(model).expanduser())
-    if not Path(model_dir).is_dir():
-        raise SystemExit(f"hf-bridge validate: {model_dir} is not a checkpoint directory (hub ids need the hub; download it first)")
+    from .checkpoint import checkpoint_dir
+
+    model_dir = str(checkpoint_dir(model, "hf-bridge validate"))
     impls = list(IMPLS) if impl == "all" else [impl]
     unknown = [s for s in stage_names if s not in stages.STAGES]
     if unknown:
@@ -374,7 +374,7 @@ def add_parser(sub) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    v.add_argument("model", help="checkpoint directory (config, weights, processor)")
+    v.add_argument("model", help="checkpoint directory (config, weights, processor), or a hub id where the hub is reachable")
     v.add_argument("--impl", choices=[*IMPLS, "all"], default="hf_bridge", help="the vLLM implementation to check")
     v.add_argument("--stages", default=",".join(stages.STAGES), help="comma-separated stages to run")
     v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(VALIDATE_CASES)})")
