@@ -1,4 +1,4 @@
-"""The GPU check script's CPU dry pass, so it cannot rot where no GPU is lent."""
+"""The benchmark scripts run (the GPU check as its CPU dry pass), so they cannot rot."""
 
 from __future__ import annotations
 
@@ -25,3 +25,15 @@ def test_gpu_encoder_graph_script_dry_pass_on_cpu():
     assert all(r[-2] == "True" and float(r[-1]) == 0.0 for r in captured.values())  # bitwise equal to eager
     (chameleon,) = [" ".join(r) for r in rows if r[0] == "chameleon-vq"]
     assert "capture refused: Tensor.to('cpu') copies a tensor to the host" in chameleon
+
+
+def test_processor_cache_benchmark_runs():
+    """bench/processor_cache.py's table, one repeat on the tiny LLaVA, both backends."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "processor_cache.py"), "--models", "llava", "--repeats", "1", "--size", "96", "64"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("llava ")]
+    assert [r[1] for r in rows] == ["hf_bridge", "in-tree"]
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
