@@ -221,6 +221,8 @@ def test_last_exception_keeps_the_lines_that_continue_it():
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig ... "
         "Value error, Model architecture X is not supported ... For further information visit ..."
     )
+    ranked = "[rank0]:   File \"x.py\", line 448\n[rank0]: ValueError: no module named 'vision_tower.embeddings'\nLoading shards:   0%\n"
+    assert stages.last_exception(ranked).startswith("ValueError: no module named 'vision_tower.embeddings' ... Loading shards")
     assert stages.last_exception("just a line\n") == "just a line"
     assert stages.last_exception("") == "no output"
 

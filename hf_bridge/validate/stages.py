@@ -117,13 +117,15 @@ def encoder_problems(reference, rows, rtol: float = ENCODER_RTOL) -> tuple[list[
     return ([] if relative <= rtol else [f"rows differ: {measured}"]), measured
 
 
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
+"""vLLM prefixes a worker's traceback lines with its rank."""
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b")
 
 
 def last_exception(stderr: str, limit: int = 400) -> str:
     """The last exception a process printed, with the lines that continue its message
     (pydantic's reason, transformers' missing-backend advice come on the next ones)."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    lines = [RANK_PREFIX.sub("", line).strip() for line in stderr.strip().splitlines() if line.strip()]
     starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
     if not starts:
         return (lines or ["no output"])[-1][:limit]
