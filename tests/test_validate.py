@@ -342,3 +342,18 @@ def test_lenient_rule_accepts_a_near_tie_and_nothing_more():
     assert problems and "not each in the other's top 5" in problems[0]
     problems, _ = compare_lenient(_result([7, 9], top), _result([7, 9], top, prompt=(1, 2, 4)))
     assert problems and problems[0].startswith("prompt ids differ")
+
+
+def test_cache_problems_name_the_item_and_field_that_differ():
+    import numpy as np
+
+    item = ItemRange("image", 3, [False, True, True])
+    fresh = [(item, {"pixel_values": np.ones((1, 3)), "image_sizes": [4, 4]})]
+    assert stages.cache_problems(fresh, fresh) == []
+    stale = [(item, {"pixel_values": np.zeros((1, 3)), "image_sizes": [4, 4]})]
+    assert stages.cache_problems(fresh, stale) == [
+        "image item 0: its data from the processor cache differs from a fresh run's in pixel_values"
+    ]
+    moved = [(ItemRange("image", 4, [False, True, True]), fresh[0][1])]
+    assert "range or is_embed mask" in stages.cache_problems(fresh, moved)[0]
+    assert stages.cache_problems(fresh, []) == ["0 item(s) from the processor cache, 1 processed afresh"]

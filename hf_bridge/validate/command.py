@@ -147,6 +147,10 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
         try:
             request = parity.vllm_request(hf_processor, case)
             view = inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"))
+            # the same prompt twice through the front end's processor cache: the second is served from it
+            cache = inspection.processor_cache(processor)
+            for _ in range(2):
+                cached = inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"), cache=cache)
         except Exception as error:  # noqa: BLE001 - vLLM's processing refused what HF accepts
             emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
             continue
@@ -169,6 +173,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
             list(features.values()),
             counted_rows,
         )
+        problems += stages.cache_problems(*([(stages.ItemRange(i.modality, i.offset, i.is_embed), i.data) for i in v.items] for v in (view, cached)))
         unmeasured = counted if isinstance(counted, str) else ""
         detail = "; ".join(problems) or (f"encoder rows not counted: {unmeasured}" if unmeasured else "")
         emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, detail))

@@ -87,6 +87,33 @@ def processing_problems(
     return problems
 
 
+def cache_problems(uncached: Sequence[tuple[ItemRange, dict]], cached: Sequence[tuple[ItemRange, dict]]) -> list[str]:
+    """How items served from vLLM's processor cache differ from the same items processed
+    afresh (range, `is_embed` mask, each data field), empty where they are identical."""
+    if len(uncached) != len(cached):
+        return [f"{len(cached)} item(s) from the processor cache, {len(uncached)} processed afresh"]
+    problems = []
+    for index, ((fresh, fresh_data), (hit, hit_data)) in enumerate(zip(uncached, cached)):
+        label = f"{fresh.modality} item {index}"
+        if (fresh.offset, list(fresh.is_embed)) != (hit.offset, list(hit.is_embed)):
+            problems.append(f"{label}: its range or is_embed mask from the processor cache differs from a fresh run's")
+        differing = sorted(
+            k for k in fresh_data.keys() | hit_data.keys()
+            if k not in fresh_data or k not in hit_data or not _same_value(fresh_data[k], hit_data[k])
+        )
+        if differing:
+            problems.append(f"{label}: its data from the processor cache differs from a fresh run's in {', '.join(differing)}")
+    return problems
+
+
+def _same_value(a, b) -> bool:
+    import numpy as np
+
+    if hasattr(a, "shape") or hasattr(b, "shape"):
+        return getattr(a, "shape", None) == getattr(b, "shape", None) and bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    return a == b
+
+
 def transformers_mismatch(hf_ids: Sequence[int], feature_ids: Sequence[int], encoder_rows: int | None) -> str:
     """Why transformers cannot run a case whose prompt holds another number of feature
     tokens than its encoder gives rows ("" where they agree or were not counted)."""
