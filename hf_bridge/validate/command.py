@@ -146,11 +146,9 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
             continue
         try:
             request = parity.vllm_request(hf_processor, case)
-            view = inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"))
-            # the same prompt twice through the front end's processor cache: the second is served from it
+            # twice through a fresh front-end processor cache: processed afresh, then served from it
             cache = inspection.processor_cache(processor)
-            for _ in range(2):
-                cached = inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"), cache=cache)
+            view, cached = (inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"), cache=cache) for _ in range(2))
         except Exception as error:  # noqa: BLE001 - vLLM's processing refused what HF accepts
             emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
             continue
@@ -304,7 +302,6 @@ def run(
     does, and return the report (it shows itself in a notebook). The cases are those of
     `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule."""
     from ..progress import progress
-
     from .checkpoint import checkpoint_dir
 
     model_dir = str(checkpoint_dir(model, "hf-bridge validate"))
