@@ -357,3 +357,26 @@ def test_cache_problems_name_the_item_and_field_that_differ():
     moved = [(ItemRange("image", 4, [False, True, True]), fresh[0][1])]
     assert "range or is_embed mask" in stages.cache_problems(fresh, moved)[0]
     assert stages.cache_problems(fresh, []) == ["0 item(s) from the processor cache, 1 processed afresh"]
+
+
+def test_strict_comparison_names_the_first_divergence():
+    from hf_bridge.validate.parity import Result, compare
+
+    reference = Result([1, 2, 3], [7, 8, 9], [-0.5, -0.6, -0.7], [-1.0, -2.0])
+    drifted = Result([1, 2, 3], [7, 8, 4], [-0.5, -0.6, -0.9], [-1.0, -2.5])
+    assert compare(reference, drifted) == [
+        "greedy tokens differ from generated position 2: [7, 8, 9] vs [7, 8, 4]",
+        "generated log-probs differ by up to 2.00e-01 (tolerance 1e-03); first beyond it at generated position 2",
+        "prompt log-probs differ by up to 5.00e-01 (tolerance 1e-03); first beyond it at prompt position 2",
+    ]
+
+
+def test_encoder_problems_name_the_first_row_beyond_tolerance():
+    import numpy as np
+
+    reference = np.ones((4, 3))
+    rows = reference.copy()
+    assert stages.encoder_problems(reference, rows)[0] == []
+    rows[2, 1] += 0.5
+    (problem,), _ = stages.encoder_problems(reference, rows)
+    assert problem.startswith("rows differ: 4 rows x 3: max |diff| 5.00e-01") and problem.endswith("first row beyond it: 2 of the feature positions")

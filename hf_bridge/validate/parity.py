@@ -330,15 +330,19 @@ def compare(reference: Result, candidate: Result, atol: float = ATOL) -> list[st
         )
         return problems
     if reference.tokens != candidate.tokens:
-        problems.append(f"greedy tokens differ: {reference.tokens} vs {candidate.tokens}")
-    for label, ref, cand in (
-        ("generated", reference.token_logprobs, candidate.token_logprobs),
-        ("prompt", reference.prompt_logprobs, candidate.prompt_logprobs),
+        first = _first_difference(reference.tokens, candidate.tokens)
+        problems.append(f"greedy tokens differ from generated position {first}: {reference.tokens} vs {candidate.tokens}")
+    # prompt log-prob i is that of prompt token i + 1
+    for label, ref, cand, offset in (
+        ("generated", reference.token_logprobs, candidate.token_logprobs, 0),
+        ("prompt", reference.prompt_logprobs, candidate.prompt_logprobs, 1),
     ):
         n = min(len(ref), len(cand))
         worst = max((abs(r - c) for r, c in zip(ref[:n], cand[:n])), default=0.0)
         if len(ref) != len(cand) or not worst <= atol or any(math.isnan(c) for c in cand):
-            problems.append(f"{label} log-probs differ by up to {worst:.2e} (tolerance {atol:.0e})")
+            beyond = next((i for i, (r, c) in enumerate(zip(ref[:n], cand[:n])) if not abs(r - c) <= atol), None)
+            where = f"; first beyond it at {label} position {beyond + offset}" if beyond is not None else ""
+            problems.append(f"{label} log-probs differ by up to {worst:.2e} (tolerance {atol:.0e}){where}")
     return problems
 
 

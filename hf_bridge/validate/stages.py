@@ -141,7 +141,10 @@ def encoder_problems(reference, rows, rtol: float = ENCODER_RTOL) -> tuple[list[
     scale = float(np.max(np.abs(reference))) if reference.size else 0.0
     relative = worst / scale if scale else worst
     measured = f"{reference.shape[0]} rows x {reference.shape[1]}: max |diff| {worst:.2e}, relative {relative:.2e} (tolerance {rtol:.0e})"
-    return ([] if relative <= rtol else [f"rows differ: {measured}"]), measured
+    if relative <= rtol:
+        return [], measured
+    first = int(np.argmax(np.max(np.abs(rows - reference), axis=1) > rtol * (scale or 1.0)))
+    return [f"rows differ: {measured}; first row beyond it: {first} of the feature positions"], measured
 
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
