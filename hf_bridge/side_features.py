@@ -18,8 +18,13 @@ number of tokens in the step (`SideFeatures.decoder_kwargs`).
 from __future__ import annotations
 
 import inspect
+import logging
 
 import torch
+
+from . import LOGGER_NAME
+
+logger = logging.getLogger(LOGGER_NAME)
 
 ENCODER_FIELD = "deepstack_features"
 """The encoder output field holding per-level side features (a list over levels)."""
@@ -90,3 +95,9 @@ class SideFeatures:
             return forward(*args, **kwargs)
 
         language_model.forward = forward_with_side_features
+        if getattr(language_model, "do_not_compile", True) is False:
+            # vLLM's compile decorator traces `forward` once, on a profiling step without
+            # side features, and replays that graph without re-checking Python state: the
+            # features would never reach the decoder. Its own switch keeps this decoder eager.
+            language_model.do_not_compile = True
+            logger.info("hf_bridge runs %s eagerly: its side features change from step to step", type(language_model).__name__)

@@ -1,8 +1,12 @@
-"""Tensor parallel through vLLM's own distributed engine: tokens identical to one worker."""
+"""Tensor and pipeline parallel through vLLM's own distributed engine."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +30,31 @@ def test_tensor_parallel_2_matches_a_single_worker(zoo, engines, monkeypatch):
         assert tp[name]["tokens"] == single.tokens, name
         worst = max(abs(a - b) for a, b in zip(tp[name]["token_logprobs"], single.token_logprobs))
         assert worst <= parity.ATOL, worst
+
+
+def _pipeline_parallel(model_dir, side: int, cases: str) -> dict[str, list[str]]:
+    helper = Path(__file__).parent / "helpers" / "pipeline_parallel.py"
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # pipeline stages are processes of their own
+    done = subprocess.run([sys.executable, str(helper), str(model_dir), str(side), cases],
+                          capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("CASE ")]
+    return {line["case"]: line["problems"] for line in lines}
+
+
+@pytest.mark.slow
+def test_pipeline_parallel_2_reaches_parity(zoo):
+    assert _pipeline_parallel(zoo("llava"), 64, "one_image,two_images,text_only") == {
+        "one_image": [], "two_images": [], "text_only": []
+    }
+
+
+@pytest.mark.slow
+def test_pipeline_parallel_2_loses_side_features_past_the_first_rank(zoo):
+    """Known gap: Qwen3-VL's deepstack features are computed on the first rank and not sent
+    on with the intermediate tensors, so the second rank's decoder layers miss them.
+    Text holds; with media, prompt log-probs part from the first visual token (position 7)."""
+    problems = _pipeline_parallel(zoo("qwen3_vl"), 64, "text_only,one_image")
+    assert problems["text_only"] == []
+    assert any(p.startswith("prompt log-probs differ") and p.endswith("first beyond it at prompt position 7") for p in problems["one_image"]), problems

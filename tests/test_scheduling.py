@@ -52,7 +52,10 @@ def test_prefix_caching_of_a_repeated_multimodal_prompt(zoo, engines):
     assert max(abs(a - b) for a, b in zip(got_lps, reference.token_logprobs)) <= parity.ATOL
 
 
-COMPILED = [("qwen2_vl", "one_image"), ("qwen2_vl", "video"), ("gemma3", "text_only")]
+COMPILED = [("qwen2_vl", "one_image"), ("qwen2_vl", "video"), ("gemma3", "text_only"), ("qwen3_vl", "one_image"), ("qwen3_vl", "video")]
+"""Qwen3-VL: its deepstack side features are per-step Python state, which a compiled decoder
+graph froze at the profiling step (prompt log-probs 2.67 apart from the first image token
+before its decoder was kept eager)."""
 
 
 @pytest.mark.engine
