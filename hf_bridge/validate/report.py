@@ -14,7 +14,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, STAGES, Verdict, exit_code, table, to_json
+from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict, exit_code, table, to_json, verdict_grid
 
 OUTCOME_COLOURS = {PASS: "#c8f0c8", FAIL: "#ffc4c4", NOT_CHECKED: "#fff1a8", NOT_APPLICABLE: "#e8e8e8"}
 EXIT_MEANINGS = {
@@ -90,10 +90,7 @@ class Report:
 
 def _verdict_table(verdicts: Sequence[Verdict]) -> str:
     esc = html.escape
-    stages = [s for s in STAGES if any(v.stage == s for v in verdicts)]
-    rows: dict[tuple[str, str], dict[str, Verdict]] = {}
-    for v in verdicts:
-        rows.setdefault((v.impl, v.case), {})[v.stage] = v
+    stages, rows = verdict_grid(verdicts)
     head = "".join(f"<th>{esc(h)}</th>" for h in ["impl", "case", *stages])
     body = ""
     for (impl, case), cells in rows.items():

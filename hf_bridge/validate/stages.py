@@ -173,12 +173,18 @@ def exit_code(verdicts: Iterable[Verdict]) -> int:
     return EXIT_PASSED
 
 
-def table(verdicts: Sequence[Verdict]) -> str:
-    """impl x case rows, a column per stage; details follow the table."""
+def verdict_grid(verdicts: Sequence[Verdict]) -> tuple[list[str], dict[tuple[str, str], dict[str, Verdict]]]:
+    """(the stages present, in order; (impl, case) -> stage -> verdict), as tables show them."""
     stages = [s for s in STAGES if any(v.stage == s for v in verdicts)]
     rows: dict[tuple[str, str], dict[str, Verdict]] = {}
     for v in verdicts:
         rows.setdefault((v.impl, v.case), {})[v.stage] = v
+    return stages, rows
+
+
+def table(verdicts: Sequence[Verdict]) -> str:
+    """impl x case rows, a column per stage; details follow the table."""
+    stages, rows = verdict_grid(verdicts)
     head = ["impl", "case", *stages]
     body = [[impl, case, *(cells[s].outcome if s in cells else "-" for s in stages)] for (impl, case), cells in rows.items()]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
