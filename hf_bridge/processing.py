@@ -58,6 +58,13 @@ def own_keys(modality: str) -> tuple[str, ...]:
     )
 
 
+LEARNT_PROCESSORS = 4
+_PROBES: dict[tuple[int, str], ProcessorProbe] = {}
+"""What each HF processor object (vLLM caches one per model) was learnt to do, by the
+object's id and the engine's processor kwargs, most recent last; a few kept, for
+processes that build several engines."""
+
+
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
@@ -69,14 +76,28 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     @cached_property
     def probes(self) -> ProcessorProbe:
         """Placeholders, frames and expansions, learnt by calling the HF processor
-        through vLLM's context (which merges the engine's processor kwargs)."""
-        return ProcessorProbe(
-            self.get_hf_processor(),
-            self.get_tokenizer(),
-            self.get_hf_config(),
-            call=lambda data, kw: self.ctx.call_hf_processor(self.get_hf_processor(**kw), data, kw),
-            default_kwargs=self.ctx.get_merged_mm_kwargs({}),
-        )
+        through vLLM's context (which merges the engine's processor kwargs).
+
+        Learnt once per HF processor: vLLM builds a new processing info for each chat
+        request it parses (to check item counts), and re-learning there cost the front
+        end two thirds of its time under load (measured, bench/load.py)."""
+        processor = self.get_hf_processor()
+        default_kwargs = self.ctx.get_merged_mm_kwargs({})
+        # the entry holds the processor, so its id stays its own while kept
+        key = (id(processor), repr(sorted(default_kwargs.items())))
+        learnt = _PROBES.pop(key, None)
+        if learnt is None:
+            learnt = ProcessorProbe(
+                processor,
+                self.get_tokenizer(),
+                self.get_hf_config(),
+                call=lambda data, kw, info=self: info.ctx.call_hf_processor(info.get_hf_processor(**kw), data, kw),
+                default_kwargs=default_kwargs,
+            )
+        _PROBES[key] = learnt
+        while len(_PROBES) > LEARNT_PROCESSORS:
+            _PROBES.pop(next(iter(_PROBES)))
+        return learnt
 
     @cached_property
     def _is_video_model(self) -> bool:
