@@ -128,3 +128,11 @@ def text_only_prompts_differ(processor: Any, added: list[str]) -> str:
         "text-only prompts are run without those tokens and differ from transformers there. "
         "Add them to text-only prompts yourself where it matters."
     )
+
+
+def embeds_without_side_features(modality: str, processor: Any) -> str:
+    return (
+        f"{modality} embeddings cannot be taken for this model: its vision tower also feeds "
+        "intermediate-layer (deepstack) features into the decoder, which an embedding input "
+        f"does not carry. Send the {modality} itself."
+    )

@@ -36,6 +36,7 @@ from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .bidirectional import report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
+from .embeds import EMBEDS_KEY
 from .head import HFLogitsHead
 from .side_features import SideFeatures, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
@@ -170,7 +171,8 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
 
     def embed_multimodal(self, **kwargs: object) -> MultiModalEmbeddings:
         graphs = self.cpu_encoder_graphs
-        if graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs and graphs.eligible:
+        given_rows = DATA_KEY.format(GRAPH_MODALITY, EMBEDS_KEY.format(GRAPH_MODALITY)) in kwargs
+        if graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs and graphs.eligible and not given_rows:
             return graphs.execute(kwargs)
         return self.embed_multimodal_eagerly(kwargs)
 
@@ -190,6 +192,10 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             for item in items
         ]
         embeddings: list[torch.Tensor | None] = [None] * len(items)
+        given_rows = EMBEDS_KEY.format(modality)
+        if items and given_rows in items[0]:  # sent as embeddings (`embeds.py`): no encoder
+            dtype = self.lm_head.weight.dtype
+            return [item[given_rows].to(dtype) for item in items]
         for group in split.batch_groups(signatures):
             fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}
             rows = self._encode(encoder, fields)

@@ -30,10 +30,10 @@ from vllm.model_executor.models.transformers.multimodal import (
     MultiModalProcessor,
 )
 from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
-from vllm.multimodal.parse import ImageSize, MultiModalDataItems
+from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, errors, frame, placeholders, split
+from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, longest_audio_seconds
 
 logger = init_logger(LOGGER_NAME)
@@ -137,6 +137,12 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 raise ValueError(errors.modality_switched_off(modality, why, processor))
             raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, processor))
         super().validate_num_items(modality, num_items)
+
+    def get_data_parser(self) -> MultiModalDataParser:
+        """vLLM's parser for this processor, taking embedding items as dicts too (`embeds.py`)."""
+        parser = super().get_data_parser()
+        parser.__class__ = embeds.DictEmbeddingParser  # adds one branch; every setting kept
+        return parser
 
     def parse_mm_data(self, mm_data, *, validate: bool = True):
         if validate:
@@ -253,14 +259,30 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         hf_data.pop("text", None)
         per_modality: dict[str, list[tuple[BatchFeature, placeholders.Expansion]]] = {}
         for modality in HF_DATA_KEYS:
-            outputs = [
-                self._probe_item(modality, i, item, hf_kwargs)
-                for i, item in enumerate(self.info.probes.iter_items(modality, hf_data))
-            ]
+            if modality in mm_items and embeds.is_embedding_items(mm_items[modality]):
+                outputs = [self._embedded_item(modality, i, item, hf_kwargs)
+                           for i, item in enumerate(embeds.per_item(modality, mm_items[modality]))]
+            else:
+                outputs = [
+                    self._probe_item(modality, i, item, hf_kwargs)
+                    for i, item in enumerate(self.info.probes.iter_items(modality, hf_data))
+                ]
             if outputs:
                 per_modality[modality] = outputs
         merged = _merge_items(per_modality)
-        return self._finalize_hf_mm_data(hf_data, hf_kwargs, passthrough, merged)
+        # embedding items travel in `merged`, under hf_bridge's per-modality keys
+        return self._finalize_hf_mm_data(hf_data, hf_kwargs, {}, merged)
+
+    def _embedded_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
+        """An item given as embeddings: its placeholder is the one the processor makes of a
+        blank item of the same size (`embeds.py`)."""
+        if embeds.has_side_features(self.info.get_hf_config()):
+            raise ValueError(errors.embeds_without_side_features(modality, self.info.get_hf_processor()))
+        probes = self.info.probes
+        sides = embeds.blank_sides(item, *embeds.patch_sizes(probes.processor, modality))
+        out, expansion = self._probe_item(modality, index, probes.blank(modality, 1, *sides), hf_kwargs)
+        embeds.check_item(modality, index, item, expansion.num_embeds, out, sides)
+        return BatchFeature(item), expansion
 
     def _probe_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
         try:
