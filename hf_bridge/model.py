@@ -29,6 +29,8 @@ from vllm.model_executor.models.transformers.moe import MoEMixin
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
+from vllm.distributed.utils import get_pp_indices
+from vllm.sequence import IntermediateTensors
 
 from . import LOGGER_NAME, features, split
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
@@ -38,7 +40,8 @@ from .bidirectional import report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
 from .embeds import EMBEDS_KEY
 from .head import HFLogitsHead
-from .side_features import SideFeatures, decoder_takes_side_features
+from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
+from .side_features import SideFeatures, configured_levels, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
@@ -72,12 +75,43 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         text_model = self.get_language_model().model
         self.side_features = None
         if text_model is not None and decoder_takes_side_features(text_model):
-            self.side_features = SideFeatures(self.text_config.hidden_size)
-            self.side_features.install(text_model)
+            self._install_side_features(text_model)
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
             self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
+
+    def _install_side_features(self, text_model: torch.nn.Module) -> None:
+        """Side features (`side_features.py`); under pipeline parallelism they travel to the
+        later ranks in the intermediate tensors, and each rank adds its own layers' levels."""
+        owned = None
+        self.side_levels = configured_levels(self.config)
+        if self.pp_group.world_size > 1:
+            owned = range(*get_pp_indices(self.text_config.num_hidden_layers, self.pp_group.rank_in_group, self.pp_group.world_size))
+            make_hidden_states = self.make_empty_intermediate_tensors
+            width = self.text_config.hidden_size * self.side_levels
+
+            def make_empty_intermediate_tensors(batch_size: int, dtype: torch.dtype, device: torch.device) -> IntermediateTensors:
+                tensors = make_hidden_states(batch_size, dtype, device)
+                tensors[SIDE_INTERMEDIATE_KEY] = torch.zeros(batch_size, width, dtype=dtype, device=device)
+                return tensors
+
+            self.make_empty_intermediate_tensors = make_empty_intermediate_tensors
+        self.side_features = SideFeatures(self.text_config.hidden_size, owned)
+        self.side_features.install(text_model)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
+        side = self.side_features
+        if side is None or self.pp_group.world_size == 1:
+            return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
+        if not self.pp_group.is_first_rank:
+            side.receive(intermediate_tensors[SIDE_INTERMEDIATE_KEY])
+        num_tokens = positions.shape[-1]
+        sent = side.send(num_tokens, self.side_levels, next(self.parameters()))
+        output = super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
+        if isinstance(output, IntermediateTensors):
+            output[SIDE_INTERMEDIATE_KEY] = sent
+        return output
 
     def load_weights(self, weights):
         """A checkpoint in its model's original layout loads as in transformers."""

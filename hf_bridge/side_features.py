@@ -50,12 +50,41 @@ def decoder_takes_side_features(language_model: torch.nn.Module) -> bool:
     return DECODER_MASK_ARG in params and DECODER_FEATURES_ARG in params
 
 
-class SideFeatures:
-    """Carries one step's side features from `embed_input_ids` to the text model."""
+INTERMEDIATE_KEY = "hf_bridge_side_features"
+"""The side features' entry in the tensors one pipeline rank sends the next."""
 
-    def __init__(self, hidden_size: int):
+
+def configured_levels(config) -> int:
+    """How many levels the vision tower emits, from its config (transformers'
+    `deepstack_*` list settings): the width the pipeline ranks exchange must be fixed."""
+    vision = getattr(config, "vision_config", None)
+    lists = [v for name, v in vars(vision or object()).items() if "deepstack" in name and isinstance(v, (list, tuple))]
+    return len(lists[0]) if lists else 0
+
+
+class SideFeatures:
+    """Carries one step's side features from `embed_input_ids` to the text model.
+
+    Under pipeline parallelism the features are computed on the first rank and travel
+    with the intermediate tensors (`send`, `receive`); each rank adds only the levels of
+    the decoder layers it holds (`owned_levels`), since the HF text model would otherwise
+    add a level after a layer that is missing on this rank (vLLM's `PPMissingLayer`).
+    """
+
+    def __init__(self, hidden_size: int, owned_levels: range | None = None):
         self.hidden_size = hidden_size
+        self.owned_levels = owned_levels
         self._pending: torch.Tensor | None = None
+
+    def send(self, num_tokens: int, levels: int, like: torch.Tensor) -> torch.Tensor:
+        """This step's features for the next rank (zeros where there are none)."""
+        buffer = self._pending
+        if buffer is None:
+            return like.new_zeros(num_tokens, self.hidden_size * levels)
+        return buffer[:num_tokens]
+
+    def receive(self, buffer: torch.Tensor) -> None:
+        self._pending = buffer
 
     def split(self, embeddings, is_multimodal: torch.Tensor | None, num_tokens: int):
         """Strip side columns off `embeddings`; keep them, placed at their tokens, for the step."""
@@ -77,6 +106,8 @@ class SideFeatures:
         if buffer.shape[0] < num_tokens:  # a runner may pad the step; padding gets zeros
             buffer = torch.cat([buffer, buffer.new_zeros(num_tokens - buffer.shape[0], buffer.shape[1])])
         levels = list(buffer[:num_tokens].split(self.hidden_size, dim=-1))
+        if self.owned_levels is not None:  # another rank adds the others (see the class)
+            levels = [level if i in self.owned_levels else torch.zeros_like(level) for i, level in enumerate(levels)]
         mask = torch.ones(1, num_tokens, dtype=torch.bool, device=buffer.device)
         return {DECODER_MASK_ARG: mask, DECODER_FEATURES_ARG: levels}
 

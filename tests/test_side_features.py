@@ -56,3 +56,20 @@ def test_installed_wrapper_injects_only_when_features_are_pending():
     side.split([torch.randn(1, 2 * H)], torch.tensor([True, False]), 2)
     decoder(inputs_embeds=torch.zeros(1, 2, H))
     assert seen["mask"].shape == (1, 2) and len(seen["levels"]) == 1
+
+
+def test_pipeline_ranks_pass_features_on_and_each_adds_only_its_own_layers_levels():
+    """Rank 0 holds decoder layer 0, rank 1 layer 1; the features are made on rank 0."""
+    is_mm = torch.tensor([0, 1, 1, 0], dtype=torch.bool)
+    wide = [widen(torch.randn(2, H), [torch.randn(2, H), torch.randn(2, H)])]
+    first, second = SideFeatures(H, owned_levels=range(0, 1)), SideFeatures(H, owned_levels=range(1, 2))
+    first.split(wide, is_mm, num_tokens=4)
+    sent = first.send(4, levels=2, like=torch.zeros(()))
+    level0, level1 = first.decoder_kwargs(4)[DECODER_FEATURES_ARG]
+    assert torch.equal(level0[is_mm], wide[0][:, H : 2 * H]) and not level1.any()  # layer 1 is not here
+
+    second.receive(sent)
+    level0, level1 = second.decoder_kwargs(4)[DECODER_FEATURES_ARG]
+    assert not level0.any() and torch.equal(level1[is_mm], wide[0][:, 2 * H :])  # added on rank 0 already
+    # a step without features sends zeros of the agreed width (the receiving buffer's)
+    assert torch.equal(first.send(3, levels=2, like=torch.zeros(())), torch.zeros(3, 2 * H))
