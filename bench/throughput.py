@@ -1,9 +1,23 @@
-"""Requests/s of hf_bridge vs vLLM's in-tree Transformers backend, side by side in one run.
+"""Requests/s of hf_bridge and vLLM's in-tree backend against the machine's compute limit.
 
 Model: the zoo's `llava_bench` (CLIP at 224 px, a 512-wide 6-layer Llama text model);
-each request carries one image and generates 32 tokens. Each backend runs in its own
-process (the plugin registers at process start; `HF_BRIDGE_DISABLE=1` gives the in-tree
-backend), alternating, and the median of the rounds is reported.
+each request carries one image and generates 32 tokens, float32. Printed, all measured in
+this run:
+
+1. **Throughput**, compiled mode (vLLM's default) and eager, each backend in its own
+   process (the plugin registers at process start; `HF_BRIDGE_DISABLE=1` gives the
+   in-tree backend), alternating, medians of `--rounds`; the ratios.
+2. **The compute limit**: the FLOPs of one request (transformers' model under torch's
+   `FlopCounterMode`: the image, the prompt, 32 decoding steps), over the fp32 matmul
+   rate at the workload's shapes with the worker's thread count; requests/s at 100%.
+3. **Time to first token** of a two-image request, alone on a warm engine, both backends.
+
+Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
+(`hf_bridge.server.preload_tcmalloc`).
+4. **A profile** of where a request's time goes (in-process engine, eager and compiled):
+   front end (processor, hashing: `add_request`), encoder (`embed_multimodal`), prefill
+   and decode (the model's forward on steps with and without prompt tokens), logits,
+   sampling, and the rest (scheduling, input preparation, detokenization).
 
     .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3]
 """
@@ -17,68 +31,242 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 
+MODEL = "llava_bench"
 NEW_TOKENS = 32
+MAX_NUM_SEQS = 16
+PROMPT = "user: <image>Describe the image.\nassistant:"
+TWO_IMAGE_PROMPT = "user: <image><image>Compare the two images.\nassistant:"
 
 
-def worker(num_requests: int) -> None:
-    """One backend, one process: warm up, then time `num_requests` requests."""
+def engine(compiled: bool, **overrides):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
+
+    from hf_bridge.zoo import build
+
+    return LLM(model=str(build(MODEL)), model_impl="transformers", dtype="float32", max_model_len=1024,
+               max_num_seqs=MAX_NUM_SEQS, limit_mm_per_prompt={"image": 2}, seed=0, enforce_eager=not compiled,
+               **overrides)
+
+
+def requests(count: int, seed: int) -> list[dict]:
+    from hf_bridge.validate import parity
+
+    return [{"prompt": PROMPT, "multi_modal_data": {"image": parity.test_image(224 + 8 * (i % 4), 224 + i % 7, seed=seed + i)}}
+            for i in range(count)]
+
+
+def sampling():
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
+
+
+def throughput_worker(num_requests: int, compiled: bool) -> dict:
+    """Requests/s (fresh images: no cache reuse), then a two-image request's time to first token."""
+    from hf_bridge.validate import parity
+    from vllm import SamplingParams
+
+    llm = engine(compiled)
+    llm.generate(requests(4, seed=0), sampling(), use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    outputs = llm.generate(requests(num_requests, seed=1000), sampling(), use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in outputs)
+    ttfts = []
+    for i in range(5):
+        images = [parity.test_image(224, 224, seed=5000 + 2 * i), parity.test_image(232, 216, seed=5001 + 2 * i)]
+        start = time.perf_counter()
+        llm.generate({"prompt": TWO_IMAGE_PROMPT, "multi_modal_data": {"image": images}},
+                     SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+        ttfts.append(time.perf_counter() - start)
+    return {"requests_per_s": num_requests / elapsed, "two_image_ttft_s": statistics.median(ttfts)}
+
+
+class Profile:
+    """Seconds spent in each stage of the engine, by wrapping the methods that run them."""
+
+    def __init__(self, llm):
+        self.seconds: dict[str, float] = defaultdict(float)
+        runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+        model = runner.model
+        self._time(llm.llm_engine, "add_request", "front end (processor, hashing)")
+        self._time(model, "embed_multimodal", "encoder")
+        self._time(model, "compute_logits", "logits")
+        self._time(runner.sampler, "forward", "sampling")
+        forward = model.forward
+
+        def timed_forward(input_ids=None, positions=None, *args, **kwargs):
+            tokens = (positions if input_ids is None else input_ids).shape[-1]
+            stage = "decode (forward)" if tokens <= MAX_NUM_SEQS else "prefill (forward)"
+            start = time.perf_counter()
+            try:
+                return forward(input_ids, positions, *args, **kwargs)
+            finally:
+                self.seconds[stage] += time.perf_counter() - start
+
+        model.forward = timed_forward
+
+    def _time(self, owner, name: str, stage: str) -> None:
+        method = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds[stage] += time.perf_counter() - start
+
+        setattr(owner, name, timed)
+
+
+def profile_worker(num_requests: int, compiled: bool) -> dict:
+    import torch
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the worker's model in this process
+    llm = engine(compiled)
+    threads = torch.get_num_threads()
+    llm.generate(requests(4, seed=0), sampling(), use_tqdm=False)
+    profile = Profile(llm)
+    start = time.perf_counter()
+    llm.generate(requests(num_requests, seed=2000), sampling(), use_tqdm=False)
+    wall = time.perf_counter() - start
+    stages = dict(profile.seconds)
+    stages["rest (scheduling, inputs, detokenization)"] = wall - sum(stages.values())
+    return {"wall_s": wall, "stages": stages, "threads": threads}
+
+
+def flops_worker() -> dict:
+    """FLOPs of one request in transformers: the prompt with its image, then the decoding
+    steps, counted by torch's FlopCounterMode (matmuls, convolutions, attention)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from hf_bridge.validate import parity
     from hf_bridge.zoo import build
 
-    model_dir = build("llava_bench")
-    llm = LLM(model=str(model_dir), model_impl="transformers", dtype="float32", max_model_len=1024,
-              max_num_seqs=16, limit_mm_per_prompt={"image": 1}, seed=0)
-    prompt = "user: <image>Describe the image.\nassistant:"
-    images = [parity.test_image(224 + 8 * (i % 4), 224, seed=i) for i in range(num_requests)]
-    requests = [{"prompt": prompt, "multi_modal_data": {"image": image}} for image in images]
-    params = SamplingParams(max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
-    llm.generate(requests[:4], params, use_tqdm=False)  # warm-up (different images: no cache reuse below)
-    fresh = [{"prompt": prompt, "multi_modal_data": {"image": parity.test_image(230, 224 + i, seed=1000 + i)}}
-             for i in range(num_requests)]
-    start = time.perf_counter()
-    outputs = llm.generate(fresh, params, use_tqdm=False)
-    elapsed = time.perf_counter() - start
-    assert all(len(o.outputs[0].token_ids) == NEW_TOKENS for o in outputs)
-    print("RESULT " + json.dumps({"requests_per_s": num_requests / elapsed, "seconds": elapsed}), flush=True)
+    model_dir = build(MODEL)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    inputs = processor(text=PROMPT, images=[parity.test_image(224, 224, seed=1)], return_tensors="pt")
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            model(**inputs)
+        with FlopCounterMode(display=False) as whole:
+            model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    text = model.config.text_config
+    return {"prefill_flops": prefill.get_total_flops(), "request_flops": whole.get_total_flops(),
+            "prompt_tokens": int(inputs["input_ids"].shape[1]), "hidden": text.hidden_size,
+            "intermediate": text.intermediate_size}
 
 
-def run(backend: str, num_requests: int) -> float:
-    env = dict(os.environ, HF_BRIDGE_DISABLE="1" if backend == "in-tree" else "0")
-    done = subprocess.run([sys.executable, __file__, "--worker", str(num_requests)], env=env,
+def matmul_rate(m: int, k: int, n: int, threads: int, seconds: float = 1.0) -> float:
+    """FLOP/s of an fp32 (m, k) @ (k, n) matmul on `threads` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    for _ in range(5):
+        a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * m * k * n * count / (time.perf_counter() - start)
+
+
+def worker_threads() -> int:
+    """The OpenMP threads vLLM's CPU worker binds: one per core, less the core it reserves
+    for the front end (`reserve_cpu_num`, 1 by default) where there is more than one."""
+    cores = len(os.sched_getaffinity(0))
+    return max(1, cores - 1) if cores > 1 else 1
+
+
+def run(kind: str, *args, in_tree: bool = False) -> dict:
+    from hf_bridge.server import preload_tcmalloc
+
+    env = preload_tcmalloc(dict(os.environ, HF_BRIDGE_DISABLE="1" if in_tree else "0"))
+    if kind == "profile":  # an in-process engine binds no threads: give it the worker's count
+        env["OMP_NUM_THREADS"] = str(worker_threads())
+    done = subprocess.run([sys.executable, __file__, "--worker", kind, *map(str, args)], env=env,
                           capture_output=True, text=True)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])["requests_per_s"]
-    raise RuntimeError(f"{backend} run failed:\n{done.stderr[-3000:]}")
+            return json.loads(line[7:])
+    raise RuntimeError(f"{kind} ({'in-tree' if in_tree else 'hf_bridge'}) failed:\n{done.stderr[-3000:]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker)
+        kind, *rest = args.worker
+        if kind == "flops":
+            result = flops_worker()
+        elif kind == "throughput":
+            result = throughput_worker(int(rest[0]), rest[1] == "compiled")
+        else:
+            result = profile_worker(int(rest[0]), rest[1] == "compiled")
+        print("RESULT " + json.dumps(result), flush=True)
         return
     from hf_bridge.zoo import build
 
-    build("llava_bench")
-    results: dict[str, list[float]] = {"hf_bridge": [], "in-tree": []}
-    for r in range(args.rounds):
-        for backend in (("hf_bridge", "in-tree") if r % 2 == 0 else ("in-tree", "hf_bridge")):
-            results[backend].append(run(backend, args.requests))
-            print(f"round {r + 1}: {backend:9s} {results[backend][-1]:.3f} requests/s", flush=True)
-    ours, theirs = (statistics.median(results[b]) for b in ("hf_bridge", "in-tree"))
-    print(f"\nllava_bench, {args.requests} requests x (1 image, {NEW_TOKENS} new tokens), median of {args.rounds}:")
-    print(f"  hf_bridge        {ours:.3f} requests/s")
-    print(f"  in-tree backend  {theirs:.3f} requests/s")
-    print(f"  ratio hf_bridge / in-tree = {ours / theirs:.3f}")
+    build(MODEL)
+    backends = ("hf_bridge", "in-tree")
+    runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for mode in ("compiled", "eager"):
+        for r in range(args.rounds):
+            for backend in (backends if r % 2 == 0 else backends[::-1]):
+                runs[mode, backend].append(run("throughput", args.requests, mode, in_tree=backend == "in-tree"))
+                print(f"{mode:8s} round {r + 1}: {backend:9s} {runs[mode, backend][-1]['requests_per_s']:.3f} requests/s", flush=True)
+
+    counted = run("flops")
+    threads = worker_threads()
+    prompt, hidden, inter = counted["prompt_tokens"], counted["hidden"], counted["intermediate"]
+    prefill_rate = matmul_rate(prompt, hidden, inter, threads)
+    decode_rate = matmul_rate(MAX_NUM_SEQS, hidden, inter, threads)
+    prefill, total = counted["prefill_flops"], counted["request_flops"]
+    # each part of the request at the rate of its shapes: prompt-sized rows, a batch of decode rows
+    limit_s = prefill / prefill_rate + (total - prefill) / decode_rate
+    limit = 1 / limit_s
+
+    def median(mode: str, backend: str, key: str = "requests_per_s") -> float:
+        return statistics.median(r[key] for r in runs[mode, backend])
+
+    print(f"\n{MODEL}, {args.requests} requests x (1 image, {NEW_TOKENS} new tokens), float32, medians of {args.rounds}:")
+    print(f"  compute limit: {total / 1e9:.2f} GFLOP per request ({prefill / 1e9:.2f} image + prompt, "
+          f"{(total - prefill) / 1e9:.2f} decoding), fp32 matmul on {threads} thread(s) (the worker's) at "
+          f"{prefill_rate / 1e9:.1f} GFLOP/s ({prompt}x{hidden}x{inter}) and {decode_rate / 1e9:.1f} GFLOP/s "
+          f"({MAX_NUM_SEQS}x{hidden}x{inter}) -> {limit:.2f} requests/s")
+    print(f"  {'mode':9s} {'hf_bridge':>10s} {'in-tree':>10s} {'hf/in-tree':>11s} {'hf/limit':>9s} {'in-tree/limit':>14s}")
+    for mode in ("compiled", "eager"):
+        ours, theirs = median(mode, "hf_bridge"), median(mode, "in-tree")
+        print(f"  {mode:9s} {ours:10.3f} {theirs:10.3f} {ours / theirs:11.3f} {ours / limit:9.1%} {theirs / limit:14.1%}")
+    ttft_ours, ttft_theirs = median("compiled", "hf_bridge", "two_image_ttft_s"), median("compiled", "in-tree", "two_image_ttft_s")
+    print(f"  two-image request, time to first token (compiled, alone): hf_bridge {ttft_ours * 1e3:.1f} ms, "
+          f"in-tree {ttft_theirs * 1e3:.1f} ms; in-tree / hf_bridge = {ttft_theirs / ttft_ours:.3f}")
+
+    print(f"\nprofile, hf_bridge, {args.requests} requests, in-process engine (share of wall time):")
+    profiles = {mode: run("profile", args.requests, mode) for mode in ("compiled", "eager")}
+    stages = list(profiles["compiled"]["stages"])
+    print(f"  {'stage':44s} {'compiled':>14s} {'eager':>14s}")
+    for stage in stages:
+        cells = [f"{p['stages'].get(stage, 0.0) * 1e3 / args.requests:7.1f} ms {p['stages'].get(stage, 0.0) / p['wall_s']:5.1%}"
+                 for p in profiles.values()]
+        print(f"  {stage:44s} {cells[0]:>14s} {cells[1]:>14s}")
+    print(f"  {'wall per request':44s} " + " ".join(f"{p['wall_s'] * 1e3 / args.requests:7.1f} ms {'':5s}" for p in profiles.values()))
+    compiled = profiles["compiled"]
+    print(f"  on {compiled['threads']} thread(s); per request 1/limit = {limit_s * 1e3:.1f} ms of matmul at the measured rates; "
+          f"compiled, the forward computes at {prefill * args.requests / compiled['stages']['prefill (forward)'] / 1e9:.1f} GFLOP/s "
+          f"in prefill steps ({prefill_rate / 1e9:.1f} matmul) and {(total - prefill) * args.requests / compiled['stages']['decode (forward)'] / 1e9:.1f} "
+          f"GFLOP/s in decode steps ({decode_rate / 1e9:.1f} matmul)")
 
 
 if __name__ == "__main__":

@@ -29,24 +29,21 @@ def test_gpu_encoder_graph_script_dry_pass_on_cpu():
 
 def test_processor_cache_benchmark_runs():
     """bench/processor_cache.py's table, one repeat on the tiny LLaVA, both backends."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "processor_cache.py"), "--models", "llava", "--repeats", "1", "--size", "96", "64"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("llava ")]
-    assert [r[1] for r in rows] == ["hf_bridge", "in-tree"]
+    rows = _backend_rows("processor_cache.py", "--models", "llava", "--repeats", "1", "--size", "96", "64")
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
 
 
 def test_vllm_mm_processor_benchmark_runs_on_both_backends():
     """vLLM's own `bench mm-processor` (random-mm) through bench/mm_processor.py: every
     stage it reports has a figure for hf_bridge and for the in-tree backend."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "mm_processor.py"), "--models", "llava", "--num-prompts", "3", "--size", "64", "96"],
-        capture_output=True, text=True, timeout=600,
-    )
+    rows = _backend_rows("mm_processor.py", "--models", "llava", "--num-prompts", "3", "--size", "64", "96")
+    assert all(len(r) == 8 and all(float(x) >= 0 for x in r[2:]) for r in rows), rows
+
+
+def _backend_rows(script: str, *args: str) -> list[list[str]]:
+    """The table rows a benchmark prints for the tiny LLaVA: hf_bridge's, then the in-tree backend's."""
+    done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("llava ")]
-    assert [r[1] for r in rows] == ["hf_bridge", "in-tree"]
-    assert all(len(r) == 8 and all(float(x) >= 0 for x in r[2:]) for r in rows), rows
+    assert [r[1] for r in rows] == ["hf_bridge", "in-tree"], done.stdout[-2000:]
+    return rows
