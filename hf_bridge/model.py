@@ -228,7 +228,7 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         embeddings: list[torch.Tensor | None] = [None] * len(items)
         given_rows = EMBEDS_KEY.format(modality)
         if items and given_rows in items[0]:  # sent as embeddings (`embeds.py`): no encoder
-            dtype = self.lm_head.weight.dtype
+            dtype = next(self.parameters()).dtype  # lm_head is missing on a pipeline's earlier ranks
             return [item[given_rows].to(dtype) for item in items]
         for group in split.batch_groups(signatures):
             fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}

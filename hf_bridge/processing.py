@@ -255,7 +255,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         return super().apply(inputs, timing_ctx)
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
-        hf_data, hf_kwargs, passthrough = self._get_hf_mm_inputs(mm_items, hf_kwargs)
+        hf_data, hf_kwargs, _ = self._get_hf_mm_inputs(mm_items, hf_kwargs)  # embedding items: read below
         hf_data.pop("text", None)
         per_modality: dict[str, list[tuple[BatchFeature, placeholders.Expansion]]] = {}
         for modality in HF_DATA_KEYS:
@@ -270,7 +270,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if outputs:
                 per_modality[modality] = outputs
         merged = _merge_items(per_modality)
-        # embedding items travel in `merged`, under hf_bridge's per-modality keys
+        # embedding items travel in `merged`, under hf_bridge's per-modality keys, not as vLLM's passthrough
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, {}, merged)
 
     def _embedded_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
