@@ -26,7 +26,3 @@ def cases_of(model_dir: str | Path, table: dict[str, str] = CASES) -> list[str]:
     return [c for c, modality in table.items() if has[modality]]
 
 
-def media_counts(case) -> dict[str, int]:
-    """A `parity.Case`'s items per modality, those it has."""
-    counts = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
-    return {m: n for m, n in counts.items() if n}

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import stages
-from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of, media_counts
+from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
 from .report import Report
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
 
@@ -59,7 +59,7 @@ def selected_cases(
         own += cases_from_file(cases_file)
     takes = {VALIDATE_CASES[c] for c in available}
     for case in own:
-        lacking = [m for m in media_counts(case) if m not in takes]
+        lacking = [m for m in case.media_counts if m not in takes]
         if lacking:
             raise SystemExit(f"hf-bridge validate: case {case.name!r} has {' and '.join(lacking)} input, which this checkpoint's processor does not take")
     unknown = sorted(set(names or []) - set(available))
@@ -136,7 +136,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
     processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0])
     features = feature_token_ids(AutoConfig.from_pretrained(model_dir))
     for case in cases:
-        if not media_counts(case):
+        if not case.media_counts:
             emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, TEXT_ONLY_PROCESSING))
             continue
         try:
@@ -167,7 +167,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
             None if types is None else types[0].tolist(),
             view.prompt_ids,
             [stages.ItemRange(i.modality, i.offset, i.is_embed) for i in view.items],
-            media_counts(case),
+            case.media_counts,
             list(features.values()),
             counted_rows,
         )
@@ -194,7 +194,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     feature_ids = feature_token_ids(AutoConfig.from_pretrained(model_dir))
     limits: dict[str, int] = {}
     for case in cases:
-        for modality, n in media_counts(case).items():
+        for modality, n in case.media_counts.items():
             limits[modality] = max(limits.get(modality, 0), n)
 
     def start():
@@ -231,7 +231,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
 
 
 def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Verdict:
-    if not media_counts(case):
+    if not case.media_counts:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, "no media")
     if isinstance(reference, str) or reference is None:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE if reference else NOT_CHECKED, reference or "no transformers rows")

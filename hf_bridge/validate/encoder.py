@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from . import parity
-from .cases import media_counts
 
 
 def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int]):
@@ -82,7 +81,7 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
     try:
         with torch.no_grad():
-            return sum(encode(model, m, fields, hidden).shape[0] for m in media_counts(case))
+            return sum(encode(model, m, fields, hidden).shape[0] for m in case.media_counts)
     except Exception as error:  # noqa: BLE001 - reported: the count could not be taken
         return f"get_*_features raised {type(error).__name__}: {error}"
 

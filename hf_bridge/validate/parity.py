@@ -89,9 +89,14 @@ class Case:
     def audios(self) -> list[np.ndarray]:
         return [test_audio(seconds=1.0 + 0.5 * i, seed=i + 1) for i in range(self.num_audios)]
 
-    def messages(self) -> list[dict]:
+    @property
+    def media_counts(self) -> dict[str, int]:
+        """Items per modality, those the case has, in prompt order."""
         counts = {"image": self.num_images, "video": self.num_videos, "audio": self.num_audios}
-        content = [{"type": kind} for kind, n in counts.items() for _ in range(n)]
+        return {m: n for m, n in counts.items() if n}
+
+    def messages(self) -> list[dict]:
+        content = [{"type": kind} for kind, n in self.media_counts.items() for _ in range(n)]
         content = [dict(c) for c in content] + [{"type": "text", "text": self.text}]
         return [{"role": "user", "content": content}]
 
@@ -186,8 +191,7 @@ def prompt_text(processor, case: Case) -> str:
     inserts the items itself, as Fuyu's does)."""
     if getattr(processor, "chat_template", None) is not None:
         return processor.apply_chat_template(case.messages(), add_generation_prompt=True)
-    counts = {"image": case.num_images, "video": case.num_videos, "audio": case.num_audios}
-    tokens = "".join((getattr(processor, f"{kind}_token", "") or "") * n for kind, n in counts.items())
+    tokens = "".join((getattr(processor, f"{kind}_token", "") or "") * n for kind, n in case.media_counts.items())
     if tokens:
         try:
             _call(processor, tokens + case.text, case)
