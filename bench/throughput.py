@@ -19,7 +19,7 @@ Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
    and decode (the model's forward on steps with and without prompt tokens), logits,
    sampling, and the rest (scheduling, input preparation, detokenization).
 
-    .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3]
+    .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3] [--modes compiled eager]
 """
 
 from __future__ import annotations
@@ -204,6 +204,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", default=["compiled", "eager"], choices=["compiled", "eager"],
+                        help="the first is the one the time to first token and the rates are given for")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -221,7 +223,8 @@ def main() -> None:
     build(MODEL)
     backends = ("hf_bridge", "in-tree")
     runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for mode in ("compiled", "eager"):
+    modes, first = args.modes, args.modes[0]
+    for mode in modes:
         for r in range(args.rounds):
             for backend in (backends if r % 2 == 0 else backends[::-1]):
                 runs[mode, backend].append(run("throughput", args.requests, mode, in_tree=backend == "in-tree"))
@@ -246,26 +249,26 @@ def main() -> None:
           f"{prefill_rate / 1e9:.1f} GFLOP/s ({prompt}x{hidden}x{inter}) and {decode_rate / 1e9:.1f} GFLOP/s "
           f"({MAX_NUM_SEQS}x{hidden}x{inter}) -> {limit:.2f} requests/s")
     print(f"  {'mode':9s} {'hf_bridge':>10s} {'in-tree':>10s} {'hf/in-tree':>11s} {'hf/limit':>9s} {'in-tree/limit':>14s}")
-    for mode in ("compiled", "eager"):
+    for mode in modes:
         ours, theirs = median(mode, "hf_bridge"), median(mode, "in-tree")
         print(f"  {mode:9s} {ours:10.3f} {theirs:10.3f} {ours / theirs:11.3f} {ours / limit:9.1%} {theirs / limit:14.1%}")
-    ttft_ours, ttft_theirs = median("compiled", "hf_bridge", "two_image_ttft_s"), median("compiled", "in-tree", "two_image_ttft_s")
-    print(f"  two-image request, time to first token (compiled, alone): hf_bridge {ttft_ours * 1e3:.1f} ms, "
+    ttft_ours, ttft_theirs = median(first, "hf_bridge", "two_image_ttft_s"), median(first, "in-tree", "two_image_ttft_s")
+    print(f"  two-image request, time to first token ({first}, alone): hf_bridge {ttft_ours * 1e3:.1f} ms, "
           f"in-tree {ttft_theirs * 1e3:.1f} ms; in-tree / hf_bridge = {ttft_theirs / ttft_ours:.3f}")
 
     print(f"\nprofile, hf_bridge, {args.requests} requests, in-process engine (share of wall time):")
-    profiles = {mode: run("profile", args.requests, mode) for mode in ("compiled", "eager")}
-    stages = list(profiles["compiled"]["stages"])
-    print(f"  {'stage':44s} {'compiled':>14s} {'eager':>14s}")
+    profiles = {mode: run("profile", args.requests, mode) for mode in modes}
+    stages = list(profiles[first]["stages"])
+    print(f"  {'stage':44s} " + " ".join(f"{mode:>14s}" for mode in modes))
     for stage in stages:
         cells = [f"{p['stages'].get(stage, 0.0) * 1e3 / args.requests:7.1f} ms {p['stages'].get(stage, 0.0) / p['wall_s']:5.1%}"
                  for p in profiles.values()]
-        print(f"  {stage:44s} {cells[0]:>14s} {cells[1]:>14s}")
+        print(f"  {stage:44s} " + " ".join(f"{cell:>14s}" for cell in cells))
     print(f"  {'wall per request':44s} " + " ".join(f"{p['wall_s'] * 1e3 / args.requests:7.1f} ms {'':5s}" for p in profiles.values()))
-    compiled = profiles["compiled"]
-    print(f"  on {compiled['threads']} thread(s); per request 1/limit = {limit_s * 1e3:.1f} ms of matmul at the measured rates; "
-          f"compiled, the forward computes at {prefill * args.requests / compiled['stages']['prefill (forward)'] / 1e9:.1f} GFLOP/s "
-          f"in prefill steps ({prefill_rate / 1e9:.1f} matmul) and {(total - prefill) * args.requests / compiled['stages']['decode (forward)'] / 1e9:.1f} "
+    profile = profiles[first]
+    print(f"  on {profile['threads']} thread(s); per request 1/limit = {limit_s * 1e3:.1f} ms of matmul at the measured rates; "
+          f"{first}, the forward computes at {prefill * args.requests / profile['stages']['prefill (forward)'] / 1e9:.1f} GFLOP/s "
+          f"in prefill steps ({prefill_rate / 1e9:.1f} matmul) and {(total - prefill) * args.requests / profile['stages']['decode (forward)'] / 1e9:.1f} "
           f"GFLOP/s in decode steps ({decode_rate / 1e9:.1f} matmul)")
 
 

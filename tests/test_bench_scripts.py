@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,18 @@ def _backend_rows(script: str, *args: str) -> list[list[str]]:
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("llava ")]
     assert [r[1] for r in rows] == ["hf_bridge", "in-tree"], done.stdout[-2000:]
     return rows
+
+
+def test_throughput_benchmark_prints_the_limit_the_ratios_and_the_profile():
+    """bench/throughput.py, eager only, one round of 4 requests: every figure it prints is there."""
+    done = subprocess.run([sys.executable, str(BENCH / "throughput.py"), "--modes", "eager", "--rounds", "1", "--requests", "4"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    limit = re.search(r"GFLOP per request .* -> ([0-9.]+) requests/s", out)
+    assert limit and float(limit.group(1)) > 0, out
+    (eager,) = [line.split() for line in out.splitlines() if line.startswith("  eager ")]  # the table's row
+    assert len(eager) == 6 and float(eager[1]) > 0 and float(eager[2]) > 0 and eager[4].endswith("%"), eager
+    assert re.search(r"time to first token \(eager, alone\): hf_bridge [0-9.]+ ms, in-tree [0-9.]+ ms", out), out
+    stages = ("front end", "encoder", "prefill (forward)", "decode (forward)", "logits", "sampling", "rest")
+    assert all(any(line.strip().startswith(stage) for line in out.splitlines()) for stage in stages), out
