@@ -29,9 +29,15 @@ def test_gpu_encoder_graph_script_dry_pass_on_cpu():
 
 
 def test_processor_cache_benchmark_runs():
-    """bench/processor_cache.py's table, one repeat on the tiny LLaVA, both backends."""
-    rows = _backend_rows("processor_cache.py", "--models", "llava", "--repeats", "1", "--size", "96", "64")
-    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+    """bench/processor_cache.py's table, one repeat on the tiny LLaVA, both backends, each
+    with a served (JPEG bytes) and a PIL row, and the served images' decode line."""
+    done = subprocess.run([sys.executable, str(BENCH / "processor_cache.py"), "--models", "llava", "--repeats", "1",
+                           "--size", "96", "64"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("llava ")]
+    assert [r[1:3] for r in rows] == [[b, i] for b in ("hf_bridge", "in-tree") for i in ("served", "PIL")], done.stdout
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in rows), rows
+    assert re.search(r"served images: JPEG \(quality 90\) of [0-9]+ KiB, decoded .* in [0-9.]+ ms", done.stdout), done.stdout
 
 
 def test_vllm_mm_processor_benchmark_runs_on_both_backends():
