@@ -11,13 +11,14 @@ this run:
    `FlopCounterMode`: the image, the prompt, 32 decoding steps), over the fp32 matmul
    rate at the workload's shapes with the worker's thread count; requests/s at 100%.
 3. **Time to first token** of a two-image request, alone on a warm engine, both backends.
-
-Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
-(`hf_bridge.server.preload_tcmalloc`).
 4. **A profile** of where a request's time goes (in-process engine, eager and compiled):
    front end (processor, hashing: `add_request`), encoder (`embed_multimodal`), prefill
    and decode (the model's forward on steps with and without prompt tokens), logits,
-   sampling, and the rest (scheduling, input preparation, detokenization).
+   sampling, and the rest (scheduling, input preparation, detokenization); within the
+   forwards, the time in vLLM's CPU matmul and attention kernels (torch profiler).
+
+Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
+(`hf_bridge.server.preload_tcmalloc`).
 
     .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3] [--modes compiled eager]
 """
@@ -25,6 +26,7 @@ Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -86,8 +88,14 @@ def throughput_worker(num_requests: int, compiled: bool) -> dict:
     return {"requests_per_s": num_requests / elapsed, "two_image_ttft_s": statistics.median(ttfts)}
 
 
+KERNELS = {"_C::onednn_mm": "matmul (vLLM's oneDNN linear)", "_C::cpu_attention_with_kv_cache": "attention (vLLM's CPU kernel)"}
+"""vLLM's CPU kernels a forward's time is split into (torch profiler names); the rest of a
+stage is norms, rotary, activations, cache writes and dispatch."""
+
+
 class Profile:
-    """Seconds spent in each stage of the engine, by wrapping the methods that run them."""
+    """Seconds spent in each stage of the engine, by wrapping the methods that run them;
+    each stage is also a profiler range, so `kernels` can split it by vLLM's kernels."""
 
     def __init__(self, llm):
         self.seconds: dict[str, float] = defaultdict(float)
@@ -102,11 +110,8 @@ class Profile:
         def timed_forward(input_ids=None, positions=None, *args, **kwargs):
             tokens = (positions if input_ids is None else input_ids).shape[-1]
             stage = "decode (forward)" if tokens <= MAX_NUM_SEQS else "prefill (forward)"
-            start = time.perf_counter()
-            try:
+            with self._timing(stage):
                 return forward(input_ids, positions, *args, **kwargs)
-            finally:
-                self.seconds[stage] += time.perf_counter() - start
 
         model.forward = timed_forward
 
@@ -114,13 +119,33 @@ class Profile:
         method = getattr(owner, name)
 
         def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
+            with self._timing(stage):
                 return method(*args, **kwargs)
-            finally:
-                self.seconds[stage] += time.perf_counter() - start
 
         setattr(owner, name, timed)
+
+    @contextlib.contextmanager
+    def _timing(self, stage: str):
+        import torch
+
+        start = time.perf_counter()
+        try:
+            with torch.profiler.record_function(stage):
+                yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - start
+
+    def kernels(self, profiler) -> dict[str, dict[str, float]]:
+        """Seconds of each of `KERNELS` per stage, from a torch profiler that ran around the stages."""
+        found: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for event in profiler.events():
+            kernel = KERNELS.get(event.name)
+            stage = event.cpu_parent
+            while kernel and stage is not None and stage.name not in self.seconds:
+                stage = stage.cpu_parent
+            if kernel and stage is not None:
+                found[stage.name][kernel] += event.self_cpu_time_total / 1e6
+        return {stage: dict(kernels) for stage, kernels in found.items()}
 
 
 def profile_worker(num_requests: int, compiled: bool) -> dict:
@@ -131,12 +156,14 @@ def profile_worker(num_requests: int, compiled: bool) -> dict:
     threads = torch.get_num_threads()
     llm.generate(requests(4, seed=0), sampling(), use_tqdm=False)
     profile = Profile(llm)
-    start = time.perf_counter()
-    llm.generate(requests(num_requests, seed=2000), sampling(), use_tqdm=False)
-    wall = time.perf_counter() - start
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        start = time.perf_counter()
+        llm.generate(requests(num_requests, seed=2000), sampling(), use_tqdm=False)
+        wall = time.perf_counter() - start
     stages = dict(profile.seconds)
+    kernels = profile.kernels(profiler)
     stages["rest (scheduling, inputs, detokenization)"] = wall - sum(stages.values())
-    return {"wall_s": wall, "stages": stages, "threads": threads}
+    return {"wall_s": wall, "stages": stages, "kernels": kernels, "threads": threads}
 
 
 def flops_worker() -> dict:
@@ -260,10 +287,16 @@ def main() -> None:
     profiles = {mode: run("profile", args.requests, mode) for mode in modes}
     stages = list(profiles[first]["stages"])
     print(f"  {'stage':44s} " + " ".join(f"{mode:>14s}" for mode in modes))
+
+    def row(label: str, seconds: list[float]) -> None:
+        cells = [f"{s * 1e3 / args.requests:7.1f} ms {s / p['wall_s']:5.1%}" for s, p in zip(seconds, profiles.values())]
+        print(f"  {label:44s} " + " ".join(f"{cell:>14s}" for cell in cells))
+
     for stage in stages:
-        cells = [f"{p['stages'].get(stage, 0.0) * 1e3 / args.requests:7.1f} ms {p['stages'].get(stage, 0.0) / p['wall_s']:5.1%}"
-                 for p in profiles.values()]
-        print(f"  {stage:44s} " + " ".join(f"{cell:>14s}" for cell in cells))
+        row(stage, [p["stages"].get(stage, 0.0) for p in profiles.values()])
+        if stage.endswith("(forward)"):
+            for kernel in KERNELS.values():
+                row(f"  {kernel}", [p["kernels"].get(stage, {}).get(kernel, 0.0) for p in profiles.values()])
     print(f"  {'wall per request':44s} " + " ".join(f"{p['wall_s'] * 1e3 / args.requests:7.1f} ms {'':5s}" for p in profiles.values()))
     profile = profiles[first]
     print(f"  on {profile['threads']} thread(s); per request 1/limit = {limit_s * 1e3:.1f} ms of matmul at the measured rates; "

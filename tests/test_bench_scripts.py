@@ -69,3 +69,7 @@ def test_throughput_benchmark_prints_the_limit_the_ratios_and_the_profile():
     assert re.search(r"time to first token \(eager, alone\): hf_bridge [0-9.]+ ms, in-tree [0-9.]+ ms", out), out
     stages = ("front end", "encoder", "prefill (forward)", "decode (forward)", "logits", "sampling", "rest")
     assert all(any(line.strip().startswith(stage) for line in out.splitlines()) for stage in stages), out
+    # within the prefill forward, vLLM's matmul and attention kernels took time
+    kernels = re.search(r"prefill \(forward\).*\n\s+matmul \(vLLM's oneDNN linear\)\s+([0-9.]+) ms.*\n"
+                        r"\s+attention \(vLLM's CPU kernel\)\s+([0-9.]+) ms", out)
+    assert kernels and float(kernels.group(1)) > 0 and float(kernels.group(2)) > 0, out
