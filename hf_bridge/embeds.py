@@ -7,7 +7,8 @@ of it, as vLLM's native models accept them:
   whose placeholder does not depend on the image's size (LLaVA);
 - a dict holding `<modality>_embeds` (the same, or one `(rows, hidden)` tensor for one
   item) and the processor's size metadata for each item, under the processor's own
-  names (`image_grid_thw`, `image_sizes`), for processors whose placeholder does.
+  names (`image_grid_thw`, `image_sizes`), for processors whose placeholder does, and
+  the timing a video's positions need (Qwen2.5-VL's `second_per_grid_ts`).
 
 The placeholder is the one the HF processor makes for a blank item of that size; the
 rows must fill it exactly, and given metadata must be what the processor makes of it.
@@ -30,6 +31,9 @@ GRID_FIELDS = ("image_grid_thw", "video_grid_thw")
 """(frames, height, width) in patches: the item's sides are these times the patch size."""
 SIZES_FIELD = "image_sizes"
 """(height, width) in pixels, as LLaVA-NeXT's and Pixtral's processors report them."""
+POSITION_FIELDS = (*GRID_FIELDS, "second_per_grid_ts")
+"""What an item's M-RoPE positions are computed from (`model.get_mrope_input_positions`):
+Qwen2.5-VL's `second_per_grid_ts` is a video's time per temporal patch, from its fps."""
 
 
 class DictEmbeddingParser(MultiModalDataParser):
@@ -67,6 +71,12 @@ def has_side_features(config: Any) -> bool:
 def size_metadata_keys(fields: Mapping[str, Any]) -> list[str]:
     """The fields of a processed item that fix its placeholder's size."""
     return [k for k in (*GRID_FIELDS, SIZES_FIELD) if k in fields]
+
+
+def timing_keys(fields: Mapping[str, Any]) -> list[str]:
+    """The fields of a processed item that place its tokens in time but not its size: a
+    blank item cannot stand in for them, so an embedding item must bring its own."""
+    return [k for k in POSITION_FIELDS if k in fields and k not in GRID_FIELDS]
 
 
 def blank_sides(metadata: Mapping[str, Any], patch_size: int | None, temporal_patch_size: int = 1) -> tuple[int | None, int | None, int | None]:
@@ -113,11 +123,23 @@ def parse_dict(modality: str, data: Mapping[str, Any], hidden_size: int | None) 
         raise ValueError(f"{key} rows are {widths} wide; the model's text hidden size is {hidden_size}")
     data[key] = rows
     for name, value in data.items():
-        count = len(value) if isinstance(value, list) else int(torch.as_tensor(value).shape[0])
+        if name != key:
+            value = data[name] = _per_item_tensor(name, value)
+        count = len(value) if isinstance(value, list) else int(value.shape[0])
         if count != len(rows):
             raise ValueError(f"{name} has {count} entries for {len(rows)} {modality} item(s): give one per item")
     return DictEmbeddingItems(data, modality, required_fields={key},
                               fields_factory=lambda d: {k: MultiModalFieldConfig.batched(modality) for k in d})
+
+
+def _per_item_tensor(name: str, value: Any) -> torch.Tensor:
+    """Metadata as the processor's tensors, one entry per item (a processor returns some,
+    like `second_per_grid_ts`, as lists; a lone item's may come as a bare number)."""
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{name} must be numbers, one entry per item, as the processor returns it: {exc}") from exc
+    return tensor.reshape(1) if tensor.ndim == 0 else tensor
 
 
 def check_item(modality: str, index: int, item: Mapping[str, Any], num_embeds: int,
@@ -131,6 +153,12 @@ def check_item(modality: str, index: int, item: Mapping[str, Any], num_embeds: i
             f"{modality} {index} is given as embeddings, but this processor sizes each {modality}'s placeholder by "
             f"{', '.join(missing)}: pass a dict {{{key!r}: rows, {missing[0]!r}: ...}} with the values the processor "
             f"returned for the {modality}")
+    untimed = [k for k in timing_keys(probed) if k not in item]
+    if untimed:
+        raise ValueError(
+            f"{modality} {index} is given as embeddings, but this model positions each {modality}'s tokens by "
+            f"{', '.join(untimed)} (from its fps), which embeddings cannot show: add {untimed[0]!r} to the dict, with "
+            f"the value the processor returned for the {modality}")
     for name in size_metadata_keys(item):
         given, made = torch.as_tensor(item[name]).reshape(-1), torch.as_tensor(probed[name]).reshape(-1)
         if given.tolist() != made.tolist():

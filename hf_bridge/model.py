@@ -38,7 +38,7 @@ from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .bidirectional import report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
-from .embeds import EMBEDS_KEY
+from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
 from .head import HFLogitsHead
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import SideFeatures, configured_levels, decoder_takes_side_features
@@ -259,11 +259,11 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             data = feature.data or {}
             item_types = data[TYPE_IDS_KEY.format(feature.modality)].data
             type_ids[pos.offset : pos.offset + pos.length] = item_types
-            for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+            for key in POSITION_FIELDS:
                 field = data.get(DATA_KEY.format(feature.modality, key))
                 if field is not None:
                     value = field.data
-                    grids.setdefault(key, []).append(value.reshape(-1) if key == "second_per_grid_ts" else value.reshape(-1, value.shape[-1]))
+                    grids.setdefault(key, []).append(value.reshape(-1, value.shape[-1]) if key in GRID_FIELDS else value.reshape(-1))
         get_rope_index = self.model.get_rope_index
         accepted = features.accepted_kwargs(get_rope_index)
         kwargs: dict[str, Any] = {k: torch.cat(v) for k, v in grids.items()}

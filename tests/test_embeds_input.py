@@ -41,6 +41,7 @@ def requests(processor, case: parity.Case, modality: str, saved: dict) -> tuple[
     ("llava", "two_images", "image"),  # fixed-size placeholder: plain rows
     ("qwen2_vl", "two_images", "image"),  # sized by image_grid_thw, M-RoPE from it
     ("qwen2_vl", "video", "video"),
+    ("qwen2_5_vl", "video", "video"),  # M-RoPE from the video's second_per_grid_ts too
 ])
 def test_embeddings_give_the_tokens_of_pixels(zoo, engines, tmp_path, model, case, modality):
     from transformers import AutoProcessor
@@ -91,6 +92,39 @@ def test_embeddings_that_do_not_fit_are_refused_and_the_engine_serves_on(zoo, en
     assert "rows are [3] wide" in refused({"image_embeds": [r[:, :3] for r in rows], "image_grid_thw": grid})
     (after,) = llm.generate([pixels], parity.sampling_params(), use_tqdm=False)
     assert len(after.outputs[0].token_ids) == parity.MAX_NEW_TOKENS
+
+
+@pytest.mark.engine
+def test_a_video_embedding_needs_its_timing(zoo, engines, tmp_path):
+    """Qwen2.5-VL places a video's tokens in time by its fps (`second_per_grid_ts`), which
+    a blank video of the same size cannot stand in for: an embedding item must bring it,
+    and the value given is the one its positions use."""
+    import torch
+    from transformers import AutoProcessor
+
+    model_dir = zoo("qwen2_5_vl")
+    saved = hf_features(model_dir, "video", "video", tmp_path)
+    timing = saved["metadata"]["second_per_grid_ts"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1}, enable_mm_embeds=True)
+    pixels, _ = requests(processor, parity.standard_cases(SIDE)["video"], "video", saved)
+    untimed = {"video_embeds": saved["rows"], "video_grid_thw": saved["metadata"]["video_grid_thw"]}
+
+    def generate(video):
+        (out,) = llm.generate([{"prompt": pixels["prompt"], "multi_modal_data": {"video": video}}],
+                              parity.sampling_params(), use_tqdm=False)
+        return parity.result_from_output(out)
+
+    with pytest.raises(ValueError, match="positions each video's tokens by second_per_grid_ts .* add 'second_per_grid_ts'"):
+        generate(untimed)
+    # the timing reaches the positions: get_rope_index's default (1.0, what a dropped field
+    # would give) moves them away from the pixels', so the parity case above would catch a drop
+    (seconds,) = torch.as_tensor(timing).tolist()
+    assert seconds != 1.0
+    (from_pixels,) = llm.generate([pixels], parity.sampling_params(), use_tqdm=False)
+    defaulted = generate({**untimed, "second_per_grid_ts": [1.0]})
+    assert parity.compare(parity.result_from_output(from_pixels), defaulted) != []
+    assert len(from_pixels.outputs[0].token_ids) == parity.MAX_NEW_TOKENS
 
 
 @pytest.mark.engine

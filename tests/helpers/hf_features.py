@@ -1,5 +1,6 @@
 """The rows transformers' own `get_<modality>_features` makes of a case's media, saved with
-the processor's size metadata (a subprocess: an in-process engine changes HF classes).
+the processor's size and timing metadata (a subprocess: an in-process engine changes HF
+classes).
 
     python tests/helpers/hf_features.py MODEL_DIR SIDE CASE MODALITY OUT.pt
 """
@@ -12,21 +13,19 @@ import torch
 def main():
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from hf_bridge.embeds import GRID_FIELDS, SIZES_FIELD
+    from hf_bridge.embeds import GRID_FIELDS, POSITION_FIELDS, SIZES_FIELD
     from hf_bridge.validate import parity
 
     model_dir, side, name, modality, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     case = parity.standard_cases(side)[name]
     processor = AutoProcessor.from_pretrained(model_dir)
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
-    if modality == "image":
-        inputs = processor.image_processor(case.images, return_tensors="pt")
-    else:
-        inputs = processor.video_processor(case.videos, return_tensors="pt")
-    metadata = {k: v for k, v in inputs.items() if k in (*GRID_FIELDS, SIZES_FIELD)}
+    inputs = parity.hf_inputs(processor, case)
+    metadata = {k: v for k, v in inputs.items() if k in (*POSITION_FIELDS, SIZES_FIELD)}
+    sizes = {k: v for k, v in metadata.items() if k in (*GRID_FIELDS, SIZES_FIELD)}
     pixels = {"image": "pixel_values", "video": "pixel_values_videos"}[modality]
     with torch.no_grad():
-        output = getattr(model, f"get_{modality}_features")(inputs[pixels], **metadata, return_dict=True)
+        output = getattr(model, f"get_{modality}_features")(inputs[pixels], **sizes, return_dict=True)
     rows = output.pooler_output
     rows = [r.reshape(-1, r.shape[-1]) for r in rows]
     torch.save({"rows": rows, "metadata": metadata}, out)
