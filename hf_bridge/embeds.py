@@ -142,23 +142,23 @@ def _per_item_tensor(name: str, value: Any) -> torch.Tensor:
     return tensor.reshape(1) if tensor.ndim == 0 else tensor
 
 
+def _require(modality: str, index: int, item: Mapping[str, Any], fields: list[str], needs: str) -> None:
+    """Refuse an embedding item that lacks any of `fields`, saying what the processor needs them for."""
+    missing = [k for k in fields if k not in item]
+    if missing:
+        raise ValueError(
+            f"{modality} {index} is given as embeddings, but this {needs} {', '.join(missing)}: pass a dict "
+            f"{{{EMBEDS_KEY.format(modality)!r}: rows, {missing[0]!r}: ...}} with the values the processor returned "
+            f"for the {modality}")
+
+
 def check_item(modality: str, index: int, item: Mapping[str, Any], num_embeds: int,
                probed: Mapping[str, Any], sides: tuple[int | None, int | None, int | None]) -> None:
     """Refuse an embedding item its placeholder cannot hold exactly."""
     key = EMBEDS_KEY.format(modality)
     rows = int(item[key].shape[0])
-    missing = [k for k in size_metadata_keys(probed) if k not in item]
-    if missing:
-        raise ValueError(
-            f"{modality} {index} is given as embeddings, but this processor sizes each {modality}'s placeholder by "
-            f"{', '.join(missing)}: pass a dict {{{key!r}: rows, {missing[0]!r}: ...}} with the values the processor "
-            f"returned for the {modality}")
-    untimed = [k for k in timing_keys(probed) if k not in item]
-    if untimed:
-        raise ValueError(
-            f"{modality} {index} is given as embeddings, but this model positions each {modality}'s tokens by "
-            f"{', '.join(untimed)} (from its fps), which embeddings cannot show: add {untimed[0]!r} to the dict, with "
-            f"the value the processor returned for the {modality}")
+    _require(modality, index, item, size_metadata_keys(probed), f"processor sizes each {modality}'s placeholder by")
+    _require(modality, index, item, timing_keys(probed), f"model positions each {modality}'s tokens in time by")
     for name in size_metadata_keys(item):
         given, made = torch.as_tensor(item[name]).reshape(-1), torch.as_tensor(probed[name]).reshape(-1)
         if given.tolist() != made.tolist():

@@ -115,7 +115,7 @@ def test_a_video_embedding_needs_its_timing(zoo, engines, tmp_path):
                               parity.sampling_params(), use_tqdm=False)
         return parity.result_from_output(out)
 
-    with pytest.raises(ValueError, match="positions each video's tokens by second_per_grid_ts .* add 'second_per_grid_ts'"):
+    with pytest.raises(ValueError, match="positions each video's tokens in time by second_per_grid_ts: pass a dict .*'second_per_grid_ts'"):
         generate(untimed)
     # the timing reaches the positions: get_rope_index's default (1.0, what a dropped field
     # would give) moves them away from the pixels', so the parity case above would catch a drop
