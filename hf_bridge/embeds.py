@@ -60,14 +60,6 @@ def patch_sizes(processor: Any, modality: str) -> tuple[int | None, int]:
     return (value if isinstance(value, int) else None), (temporal if isinstance(temporal, int) else 1)
 
 
-def has_side_features(config: Any) -> bool:
-    """Whether the vision tower feeds the decoder features besides its embeddings
-    (transformers' `deepstack_*` settings; see `side_features.py`): an embedding
-    item cannot carry them."""
-    vision = getattr(config, "vision_config", None)
-    return any("deepstack" in name and value for name, value in vars(vision or object()).items())
-
-
 def size_metadata_keys(fields: Mapping[str, Any]) -> list[str]:
     """The fields of a processed item that fix its placeholder's size."""
     return [k for k in (*GRID_FIELDS, SIZES_FIELD) if k in fields]

@@ -35,6 +35,7 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUp
 
 from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, longest_audio_seconds
+from .side_features import has_side_features
 
 logger = init_logger(LOGGER_NAME)
 
@@ -276,7 +277,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
     def _embedded_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
         """An item given as embeddings: its placeholder is the one the processor makes of a
         blank item of the same size (`embeds.py`)."""
-        if embeds.has_side_features(self.info.get_hf_config()):
+        if has_side_features(self.info.get_hf_config()):
             raise ValueError(errors.embeds_without_side_features(modality, self.info.get_hf_processor()))
         probes = self.info.probes
         sides = embeds.blank_sides(item, *embeds.patch_sizes(probes.processor, modality))

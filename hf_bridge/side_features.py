@@ -54,11 +54,22 @@ INTERMEDIATE_KEY = "hf_bridge_side_features"
 """The side features' entry in the tensors one pipeline rank sends the next."""
 
 
-def configured_levels(config) -> int:
-    """How many levels the vision tower emits, from its config (transformers'
-    `deepstack_*` list settings): the width the pipeline ranks exchange must be fixed."""
+def _deepstack_settings(config) -> list:
+    """The vision config's `deepstack_*` settings, transformers' name for side features."""
     vision = getattr(config, "vision_config", None)
-    lists = [v for name, v in vars(vision or object()).items() if "deepstack" in name and isinstance(v, (list, tuple))]
+    return [value for name, value in vars(vision or object()).items() if "deepstack" in name]
+
+
+def has_side_features(config) -> bool:
+    """Whether the vision tower feeds the decoder features besides its embeddings (an
+    embedding input cannot carry them)."""
+    return any(_deepstack_settings(config))
+
+
+def configured_levels(config) -> int:
+    """How many levels the vision tower emits, from its config (the `deepstack_*` list
+    settings): the width the pipeline ranks exchange must be fixed."""
+    lists = [v for v in _deepstack_settings(config) if isinstance(v, (list, tuple))]
     return len(lists[0]) if lists else 0
 
 

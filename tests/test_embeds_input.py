@@ -128,6 +128,25 @@ def test_a_video_embedding_needs_its_timing(zoo, engines, tmp_path):
 
 
 @pytest.mark.engine
+def test_embeddings_are_refused_where_the_tower_also_feeds_side_features(zoo, engines):
+    """Qwen3-VL's deepstack features cannot ride in an embedding input: refused with the
+    reason, and the engine serves on."""
+    import torch
+    from transformers import AutoConfig, AutoProcessor
+
+    model_dir = zoo("qwen3_vl")
+    processor = AutoProcessor.from_pretrained(model_dir)
+    hidden = AutoConfig.from_pretrained(model_dir).text_config.hidden_size
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1}, enable_mm_embeds=True)
+    pixels = parity.vllm_request(processor, parity.standard_cases(SIDE)["one_image"])
+    given = {"image_embeds": torch.zeros(4, hidden), "image_grid_thw": torch.tensor([[1, 4, 4]])}
+    with pytest.raises(ValueError, match="image embeddings cannot be taken for this model: .* Send the image itself"):
+        llm.generate([{"prompt": pixels["prompt"], "multi_modal_data": {"image": given}}], parity.sampling_params(), use_tqdm=False)
+    (after,) = llm.generate([pixels], parity.sampling_params(), use_tqdm=False)
+    assert len(after.outputs[0].token_ids) == parity.MAX_NEW_TOKENS
+
+
+@pytest.mark.engine
 def test_embeddings_need_enable_mm_embeds(zoo, engines):
     import torch
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from hf_bridge.side_features import DECODER_FEATURES_ARG, DECODER_MASK_ARG, SideFeatures, widen
+from hf_bridge.side_features import (
+    DECODER_FEATURES_ARG,
+    DECODER_MASK_ARG,
+    SideFeatures,
+    configured_levels,
+    has_side_features,
+    widen,
+)
 
 H = 4
 
@@ -73,3 +80,13 @@ def test_pipeline_ranks_pass_features_on_and_each_adds_only_its_own_layers_level
     assert not level0.any() and torch.equal(level1[is_mm], wide[0][:, 2 * H :])  # added on rank 0 already
     # a step without features sends zeros of the agreed width (the receiving buffer's)
     assert torch.equal(first.send(3, levels=2, like=torch.zeros(())), torch.zeros(3, 2 * H))
+
+
+def test_side_features_are_read_from_transformers_deepstack_settings():
+    """Qwen3-VL's config names its deepstack levels; Qwen2-VL's has none."""
+    from transformers import Qwen2VLConfig, Qwen3VLConfig
+
+    qwen3 = Qwen3VLConfig()
+    assert has_side_features(qwen3)
+    assert configured_levels(qwen3) == len(qwen3.vision_config.deepstack_visual_indexes) > 0
+    assert not has_side_features(Qwen2VLConfig()) and configured_levels(Qwen2VLConfig()) == 0
