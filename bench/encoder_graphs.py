@@ -15,10 +15,8 @@ A ratio above 1 means the graph path is faster.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from encoder_graphs_gpu import Tower, check_tower, two_image_ttft  # noqa: E402
+from worker_process import report, run_worker  # noqa: E402
 
 
 def _internvl_bench(tiny: bool):
@@ -47,16 +46,12 @@ def ttft_worker() -> None:
     """One setting (from the environment), one process: median TTFT, printed."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    print("RESULT " + json.dumps({"ttft_s": two_image_ttft(TTFT_REQUESTS)}), flush=True)
+    report({"ttft_s": two_image_ttft(TTFT_REQUESTS)})
 
 
 def ttft(graphs: bool) -> float:
     env = dict(os.environ, HF_BRIDGE_CPU_ENCODER_GRAPHS="1" if graphs else "0")
-    done = subprocess.run([sys.executable, __file__, "--ttft-worker"], env=env, capture_output=True, text=True)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])["ttft_s"]
-    raise RuntimeError(f"TTFT run failed:\n{done.stderr[-3000:]}")
+    return run_worker(__file__, ["--ttft-worker"], env, "TTFT run")["ttft_s"]
 
 
 def main() -> None:

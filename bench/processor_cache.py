@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+from worker_process import report, run_worker
 
 INPUTS = ("served", "PIL")
 JPEG_QUALITY = 90
@@ -82,17 +81,13 @@ def worker(model: str, repeats: int, size: tuple[int, int]) -> None:
             extras.append(extra)
         result[name] = {"miss_ms": statistics.median(misses) * 1e3, "hit_ms": statistics.median(hits) * 1e3,
                         **{key: statistics.median(e[key] for e in extras) for key in extras[0]}}
-    print("RESULT " + json.dumps(result), flush=True)
+    report(result)
 
 
 def measure(model: str, repeats: int, size: tuple[int, int], in_tree: bool) -> dict:
     env = dict(os.environ, HF_BRIDGE_DISABLE="1" if in_tree else "0")
-    done = subprocess.run([sys.executable, __file__, "--worker", model, "--repeats", str(repeats), "--size", *map(str, size)],
-                          capture_output=True, text=True, env=env)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"{model}: worker failed:\n{done.stderr[-3000:]}")
+    return run_worker(__file__, ["--worker", model, "--repeats", str(repeats), "--size", *map(str, size)], env,
+                      f"{model}: worker")
 
 
 def main() -> None:

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections import defaultdict
+
+from worker_process import report, run_worker
 
 MODEL = "llava_bench"
 NEW_TOKENS = 32
@@ -219,12 +218,7 @@ def run(kind: str, *args, in_tree: bool = False) -> dict:
     env = preload_tcmalloc(dict(os.environ, HF_BRIDGE_DISABLE="1" if in_tree else "0"))
     if kind == "profile":  # an in-process engine binds no threads: give it the worker's count
         env["OMP_NUM_THREADS"] = str(worker_threads())
-    done = subprocess.run([sys.executable, __file__, "--worker", kind, *map(str, args)], env=env,
-                          capture_output=True, text=True)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"{kind} ({'in-tree' if in_tree else 'hf_bridge'}) failed:\n{done.stderr[-3000:]}")
+    return run_worker(__file__, ["--worker", kind, *map(str, args)], env, f"{kind} ({'in-tree' if in_tree else 'hf_bridge'})")
 
 
 def main() -> None:
@@ -243,7 +237,7 @@ def main() -> None:
             result = throughput_worker(int(rest[0]), rest[1] == "compiled")
         else:
             result = profile_worker(int(rest[0]), rest[1] == "compiled")
-        print("RESULT " + json.dumps(result), flush=True)
+        report(result)
         return
     from hf_bridge.zoo import build
 
