@@ -21,6 +21,7 @@ Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
 (`hf_bridge.server.preload_tcmalloc`).
 
     .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3] [--modes compiled eager]
+        [--max-num-batched-tokens N]
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ PROMPT = "user: <image>Describe the image.\nassistant:"
 TWO_IMAGE_PROMPT = "user: <image><image>Compare the two images.\nassistant:"
 
 
-def engine(compiled: bool, **overrides):
+def engine(compiled: bool, token_budget: int = 0, **overrides):
+    """`token_budget`: vLLM's `max_num_batched_tokens` (0: vLLM's default, 4096 offline on CPU)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     from vllm import LLM
@@ -50,7 +52,7 @@ def engine(compiled: bool, **overrides):
 
     return LLM(model=str(build(MODEL)), model_impl="transformers", dtype="float32", max_model_len=1024,
                max_num_seqs=MAX_NUM_SEQS, limit_mm_per_prompt={"image": 2}, seed=0, enforce_eager=not compiled,
-               **overrides)
+               **({"max_num_batched_tokens": token_budget} if token_budget else {}), **overrides)
 
 
 def requests(count: int, seed: int) -> list[dict]:
@@ -66,12 +68,12 @@ def sampling():
     return SamplingParams(max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
 
 
-def throughput_worker(num_requests: int, compiled: bool) -> dict:
+def throughput_worker(num_requests: int, compiled: bool, token_budget: int) -> dict:
     """Requests/s (fresh images: no cache reuse), then a two-image request's time to first token."""
     from hf_bridge.validate import parity
     from vllm import SamplingParams
 
-    llm = engine(compiled)
+    llm = engine(compiled, token_budget)
     llm.generate(requests(4, seed=0), sampling(), use_tqdm=False)  # warm-up
     start = time.perf_counter()
     outputs = llm.generate(requests(num_requests, seed=1000), sampling(), use_tqdm=False)
@@ -147,11 +149,11 @@ class Profile:
         return {stage: dict(kernels) for stage, kernels in found.items()}
 
 
-def profile_worker(num_requests: int, compiled: bool) -> dict:
+def profile_worker(num_requests: int, compiled: bool, token_budget: int) -> dict:
     import torch
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the worker's model in this process
-    llm = engine(compiled)
+    llm = engine(compiled, token_budget)
     threads = torch.get_num_threads()
     llm.generate(requests(4, seed=0), sampling(), use_tqdm=False)
     profile = Profile(llm)
@@ -167,7 +169,9 @@ def profile_worker(num_requests: int, compiled: bool) -> dict:
 
 def flops_worker() -> dict:
     """FLOPs of one request in transformers: the prompt with its image, then the decoding
-    steps, counted by torch's FlopCounterMode (matmuls, convolutions, attention)."""
+    steps, counted by torch's FlopCounterMode (matmuls, convolutions, attention). The
+    prompt step is `generate`'s first, which (like vLLM) computes logits for the last
+    position only; a plain forward would count the head over every prompt position."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -181,7 +185,7 @@ def flops_worker() -> dict:
     inputs = processor(text=PROMPT, images=[parity.test_image(224, 224, seed=1)], return_tensors="pt")
     with torch.no_grad():
         with FlopCounterMode(display=False) as prefill:
-            model(**inputs)
+            model.generate(**inputs, max_new_tokens=1, do_sample=False)
         with FlopCounterMode(display=False) as whole:
             model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
     text = model.config.text_config
@@ -227,6 +231,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=["compiled", "eager"], choices=["compiled", "eager"],
                         help="the first is the one the time to first token and the rates are given for")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=0, dest="token_budget",
+                        help="vLLM's token budget per step, both backends (default: vLLM's, 4096 offline on CPU)")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -234,9 +240,9 @@ def main() -> None:
         if kind == "flops":
             result = flops_worker()
         elif kind == "throughput":
-            result = throughput_worker(int(rest[0]), rest[1] == "compiled")
+            result = throughput_worker(int(rest[0]), rest[1] == "compiled", int(rest[2]))
         else:
-            result = profile_worker(int(rest[0]), rest[1] == "compiled")
+            result = profile_worker(int(rest[0]), rest[1] == "compiled", int(rest[2]))
         report(result)
         return
     from hf_bridge.zoo import build
@@ -248,7 +254,8 @@ def main() -> None:
     for mode in modes:
         for r in range(args.rounds):
             for backend in (backends if r % 2 == 0 else backends[::-1]):
-                runs[mode, backend].append(run("throughput", args.requests, mode, in_tree=backend == "in-tree"))
+                runs[mode, backend].append(run("throughput", args.requests, mode, args.token_budget,
+                                                              in_tree=backend == "in-tree"))
                 print(f"{mode:8s} round {r + 1}: {backend:9s} {runs[mode, backend][-1]['requests_per_s']:.3f} requests/s", flush=True)
 
     counted = run("flops")
@@ -264,7 +271,9 @@ def main() -> None:
     def median(mode: str, backend: str, key: str = "requests_per_s") -> float:
         return statistics.median(r[key] for r in runs[mode, backend])
 
-    print(f"\n{MODEL}, {args.requests} requests x (1 image, {NEW_TOKENS} new tokens), float32, medians of {args.rounds}:")
+    budget = f"max_num_batched_tokens={args.token_budget}" if args.token_budget else "vLLM's default token budget"
+    print(f"\n{MODEL}, {args.requests} requests x (1 image, {NEW_TOKENS} new tokens), float32, {budget}, "
+          f"medians of {args.rounds}:")
     print(f"  compute limit: {total / 1e9:.2f} GFLOP per request ({prefill / 1e9:.2f} image + prompt, "
           f"{(total - prefill) / 1e9:.2f} decoding), fp32 matmul on {threads} thread(s) (the worker's) at "
           f"{prefill_rate / 1e9:.1f} GFLOP/s ({prompt}x{hidden}x{inter}) and {decode_rate / 1e9:.1f} GFLOP/s "
@@ -278,7 +287,7 @@ def main() -> None:
           f"in-tree {ttft_theirs * 1e3:.1f} ms; in-tree / hf_bridge = {ttft_theirs / ttft_ours:.3f}")
 
     print(f"\nprofile, hf_bridge, {args.requests} requests, in-process engine (share of wall time):")
-    profiles = {mode: run("profile", args.requests, mode) for mode in modes}
+    profiles = {mode: run("profile", args.requests, mode, args.token_budget) for mode in modes}
     stages = list(profiles[first]["stages"])
     print(f"  {'stage':44s} " + " ".join(f"{mode:>14s}" for mode in modes))
 
