@@ -42,7 +42,7 @@ PROMPT = "user: <image>Describe the image.\nassistant:"
 TWO_IMAGE_PROMPT = "user: <image><image>Compare the two images.\nassistant:"
 
 
-def engine(compiled: bool, token_budget: int = 0, **overrides):
+def engine(compiled: bool, token_budget: int = 0):
     """`token_budget`: vLLM's `max_num_batched_tokens` (0: vLLM's default, 4096 offline on CPU)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -52,7 +52,7 @@ def engine(compiled: bool, token_budget: int = 0, **overrides):
 
     return LLM(model=str(build(MODEL)), model_impl="transformers", dtype="float32", max_model_len=1024,
                max_num_seqs=MAX_NUM_SEQS, limit_mm_per_prompt={"image": 2}, seed=0, enforce_eager=not compiled,
-               **({"max_num_batched_tokens": token_budget} if token_budget else {}), **overrides)
+               max_num_batched_tokens=token_budget or None)
 
 
 def requests(count: int, seed: int) -> list[dict]:
