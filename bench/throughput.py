@@ -238,12 +238,10 @@ def main() -> None:
     if args.worker:
         kind, *rest = args.worker
         if kind == "flops":
-            result = flops_worker()
-        elif kind == "throughput":
-            result = throughput_worker(int(rest[0]), rest[1] == "compiled", int(rest[2]))
+            report(flops_worker())
         else:
-            result = profile_worker(int(rest[0]), rest[1] == "compiled", int(rest[2]))
-        report(result)
+            worker = throughput_worker if kind == "throughput" else profile_worker
+            report(worker(int(rest[0]), rest[1] == "compiled", int(rest[2])))
         return
     from hf_bridge.zoo import build
 
@@ -254,8 +252,8 @@ def main() -> None:
     for mode in modes:
         for r in range(args.rounds):
             for backend in (backends if r % 2 == 0 else backends[::-1]):
-                runs[mode, backend].append(run("throughput", args.requests, mode, args.token_budget,
-                                                              in_tree=backend == "in-tree"))
+                in_tree = backend == "in-tree"
+                runs[mode, backend].append(run("throughput", args.requests, mode, args.token_budget, in_tree=in_tree))
                 print(f"{mode:8s} round {r + 1}: {backend:9s} {runs[mode, backend][-1]['requests_per_s']:.3f} requests/s", flush=True)
 
     counted = run("flops")
