@@ -6,7 +6,9 @@ for what differs, so only the known failure can satisfy the mark.
 
 Parity: identical prompt token ids, identical greedy tokens (8 new, float32), chosen
 and prompt log-probs within 1e-3 of the HF forward. References come from an untouched
-transformers in a subprocess (`hf_bridge.validate.reference`).
+transformers in a subprocess (`hf_bridge.validate.reference`); each fixture's float32
+reference is first checked against transformers in float64, so that its own rounding
+leaves the tolerance to the implementations (`helpers.conditioning`).
 
 Set `HF_BRIDGE_PARITY_REPORT=<file>` to record every outcome as JSON lines (used by
 `scripts/parity_table.py`, also with `HF_BRIDGE_DISABLE=1` for vLLM's in-tree backend).
@@ -23,6 +25,7 @@ import pytest
 from hf_bridge.validate import parity
 from hf_bridge.validate.reference import NotApplicable, references
 from hf_bridge.zoo import SPECS
+from helpers.conditioning import assert_well_conditioned
 from parity_expectations import NA, XFAIL, OutputsDiffer, PromptIdsDiffer
 
 CASES = ["one_image", "two_images", "text_only", "video"]
@@ -70,6 +73,7 @@ def test_parity(arch, case, zoo, engines):
         return
     assert (arch, case) not in NA, "transformers now runs this case: remove it from NA"
     assert not parity.is_degenerate(reference.tokens), f"degenerate zoo continuation {reference.tokens}"
+    assert_well_conditioned(model_dir, the_case, reference)
 
     processor = AutoProcessor.from_pretrained(model_dir)
     try:

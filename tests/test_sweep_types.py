@@ -19,6 +19,7 @@ import sys
 
 import pytest
 
+from helpers.conditioning import assert_well_conditioned
 from hf_bridge.validate import parity
 from hf_bridge.validate.reference import references
 
@@ -31,6 +32,9 @@ CASES = {
     "aria": ["one_image"],
 }
 TYPES = list(CASES)
+SEEDS = {"deepseek_vl": 2}
+"""Seeds 0 and 1 repeat one token on DeepSeek-VL's image: the seed the sweep's own search
+(`scripts/sweep.py`, first non-degenerate seed) settles on. Others: seed 0."""
 LIMITS = {"image": 2, "video": 1, "audio": 1}
 
 
@@ -39,9 +43,10 @@ def generic_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("generic")
     code = (
         "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; "
-        "[build_sweep_model(t, Path(sys.argv[1]) / t) for t in sys.argv[2:]]"
+        "[build_sweep_model(t, Path(sys.argv[1]) / t, int(s)) for t, s in zip(sys.argv[2::2], sys.argv[3::2])]"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(root), *TYPES], capture_output=True, text=True, timeout=900)
+    seeded = [x for t in TYPES for x in (t, str(SEEDS.get(t, 0)))]
+    done = subprocess.run([sys.executable, "-c", code, str(root), *seeded], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return {t: root / t for t in TYPES}
 
@@ -55,6 +60,7 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
     the_case = parity.standard_cases(64)[case]
     (reference,) = references(model_dir, [the_case])
     assert not parity.is_degenerate(reference.tokens), reference.tokens
+    assert_well_conditioned(model_dir, the_case, reference)
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []

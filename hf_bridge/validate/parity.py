@@ -224,19 +224,24 @@ def _call(processor, text: str, case: Case, **extra):
         return processor(text=[text], **nested, **extra)
 
 
-def load_generation_model(model_dir: str | Path):
-    """The class a transformers user generates with, in float32: image-text-to-text, else
-    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR)."""
+def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
+    """The class a transformers user generates with, in `dtype`: image-text-to-text, else
+    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR).
+
+    In float64 (the rounding check's exact reference) experts run transformers' eager
+    loop: its grouped-matmul kernels take no double."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoModelForMultimodalLM
 
     config = AutoConfig.from_pretrained(model_dir)
     auto = AutoModelForImageTextToText if type(config) in AutoModelForImageTextToText._model_mapping else AutoModelForMultimodalLM
-    return auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    exact = {"experts_implementation": "eager"} if dtype == "float64" else {}
+    return auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), **exact).eval()
 
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
-    """Greedy generation and log-probs from transformers itself (float32)."""
+    """Greedy generation and log-probs from transformers itself, in the model's dtype
+    (float32; float64 for the rounding check, media features cast to it)."""
     import torch
     from transformers import AutoProcessor
 
@@ -244,6 +249,8 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
     model = model or load_generation_model(model_dir)
     inputs = hf_inputs(processor, case)
     inputs.pop("labels", None)  # PaliGemma's processor adds training labels
+    if model.dtype == torch.float64:
+        inputs = inputs.to(torch.float64)  # BatchFeature casts floating tensors only
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
         # generated log-probs are generate's own logits: a second forward would have to
@@ -348,6 +355,22 @@ def compare(reference: Result, candidate: Result, atol: float = ATOL) -> list[st
             where = f"; first beyond it at {label} position {beyond + offset}" if beyond is not None else ""
             problems.append(f"{label} log-probs differ by up to {worst:.2e} (tolerance {atol:.0e}){where}")
     return problems
+
+
+ROUNDING_SHARE = 0.25
+"""The most of `ATOL` the float32 reference's own rounding may take on a checkpoint that
+tests parity: beyond it, a correct float32 implementation rounding the other way can land
+outside the tolerance (found on a tiny Aria: 8.3e-4 at one prompt position)."""
+
+
+def rounding_error(reference: Result, exact: Result) -> tuple[float, str]:
+    """How far the float32 `reference` is from the `exact` (float64) one: the largest
+    log-prob difference, and where. Different greedy tokens count as infinite."""
+    if reference.prompt_ids != exact.prompt_ids or reference.tokens != exact.tokens:
+        return math.inf, f"float64 chose other tokens: {exact.tokens} against float32's {reference.tokens}"
+    where = [(abs(r - e), f"generated position {i}") for i, (r, e) in enumerate(zip(reference.token_logprobs, exact.token_logprobs))]
+    where += [(abs(r - e), f"prompt position {i + 1}") for i, (r, e) in enumerate(zip(reference.prompt_logprobs, exact.prompt_logprobs))]
+    return max(where, default=(0.0, "nowhere"))
 
 
 def compare_lenient(reference: Result, candidate: Result) -> tuple[list[str], str]:

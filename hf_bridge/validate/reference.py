@@ -27,23 +27,30 @@ class NotApplicable:
     error: str
 
 
-def references(model_dir: str | Path, cases: list[parity.Case]) -> list[parity.Result | NotApplicable]:
-    """Reference results for `cases`, cached beside the model."""
+def references(model_dir: str | Path, cases: list[parity.Case], dtype: str = "float32") -> list[parity.Result | NotApplicable]:
+    """Reference results for `cases`, cached beside the model. `dtype="float64"` gives the
+    exact reference the float32 one's rounding is measured against (`parity.rounding_error`)."""
     model_dir = Path(model_dir)
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     if cache.pop("harness", None) != _harness_digest():
         cache = {}  # the reference recipe changed: recompute everything
-    missing = [c.key() for c in cases if c.key() not in cache]
+    keys = {c.key(): _cache_key(c, dtype) for c in cases}
+    missing = [case_key for case_key, key in keys.items() if key not in cache]
     if missing:
-        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", str(model_dir), *missing]
+        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", "--dtype", dtype, str(model_dir), *missing]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
-        cache.update(json.loads(done.stdout.strip().splitlines()[-1]))
+        computed = json.loads(done.stdout.strip().splitlines()[-1])
+        cache.update({keys[case_key]: entry for case_key, entry in computed.items()})
         cache_file.write_text(json.dumps({**cache, "harness": _harness_digest()}))
-    entries = [cache[c.key()] for c in cases]
+    entries = [cache[keys[c.key()]] for c in cases]
     return [NotApplicable(e["error"]) if "error" in e else parity.Result(**e) for e in entries]
+
+
+def _cache_key(case: parity.Case, dtype: str) -> str:
+    return case.key() if dtype == "float32" else f"{dtype} {case.key()}"  # float32 keys read as before
 
 
 def _harness_digest() -> str:
@@ -58,6 +65,7 @@ def _harness_digest() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("model_dir")
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
@@ -65,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(args.model_dir)
-    model = parity.load_generation_model(args.model_dir)
+    model = parity.load_generation_model(args.model_dir, args.dtype)
     results = {}
     for key in args.cases:
         case = parity.Case(**json.loads(key))
