@@ -373,6 +373,19 @@ def rounding_error(reference: Result, exact: Result) -> tuple[float, str]:
     return max(where, default=(0.0, "nowhere"))
 
 
+def rounding_problem(reference: Result, exact: Result) -> str:
+    """Why the float32 `reference` cannot test parity ("" when it can): its own rounding,
+    against the `exact` (float64) result, takes more than `ROUNDING_SHARE` of `ATOL`."""
+    error, where = rounding_error(reference, exact)
+    budget = ROUNDING_SHARE * ATOL
+    if error <= budget:
+        return ""
+    return (
+        f"ill-conditioned checkpoint: transformers' float32 result is {error:.2e} from its float64 one at {where}, "
+        f"over the {budget:.1e} rounding budget ({ROUNDING_SHARE:.0%} of the {ATOL:.0e} tolerance)"
+    )
+
+
 def compare_lenient(reference: Result, candidate: Result) -> tuple[list[str], str]:
     """vLLM's own tests' rule (`check_logprobs_close`): identical prompt ids, and where the
     greedy tokens first differ, each side's token must be among the other's `TOP_K`; the
