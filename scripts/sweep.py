@@ -60,7 +60,7 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
 
     from hf_bridge.validate import parity
     from hf_bridge.validate.engine import make_llm
-    from hf_bridge.validate.reference import NotApplicable, references
+    from hf_bridge.validate.reference import NotApplicable, references, rounding_problems
 
     processor = AutoProcessor.from_pretrained(model_dir)
     standard = parity.standard_cases(side)
@@ -80,25 +80,14 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
             llm = None  # an in-process engine that raised is rebuilt
             continue
         problems = parity.compare(reference, got)
-        if problems:
-            problems += rounding_problems(model_dir, standard[case], reference)
+        if problems:  # whether transformers' own float32 rounding could explain it
+            try:
+                problems += [p for p in rounding_problems(model_dir, [standard[case]], [reference]) if p]
+            except RuntimeError:  # the model does not load in float64
+                pass
         degenerate = parity.is_degenerate(reference.tokens)
         outcome = "fail" if problems else ("pass (degenerate)" if degenerate else "pass")
         emit({"case": case, "outcome": outcome, "detail": "; ".join(problems)})
-
-
-def rounding_problems(model_dir: Path, case, reference) -> list[str]:
-    """Whether transformers' own float32 rounding could explain a failure (empty: it cannot,
-    or transformers cannot run the case in float64)."""
-    from hf_bridge.validate import parity
-    from hf_bridge.validate.reference import NotApplicable, references
-
-    try:
-        (exact,) = references(model_dir, [case], dtype="float64")
-    except RuntimeError:
-        return []
-    problem = "" if isinstance(exact, NotApplicable) else parity.rounding_problem(reference, exact)
-    return [problem] if problem else []
 
 
 def _line(exc: BaseException) -> str:
@@ -149,20 +138,18 @@ def unfit_cases(model_dir: Path, cases: list[str]) -> list[str]:
     """The cases whose transformers continuation is degenerate, or whose float32 reference
     is ill-conditioned (`parity.rounding_problem`; references stay cached)."""
     from hf_bridge.validate import parity
-    from hf_bridge.validate.reference import NotApplicable, references
+    from hf_bridge.validate.reference import NotApplicable, references, rounding_problems
 
-    standard = parity.standard_cases(64)
+    standard = [parity.standard_cases(64)[c] for c in cases]
     try:
-        results = references(model_dir, [standard[c] for c in cases])
-        exact = references(model_dir, [standard[c] for c in cases], dtype="float64")
+        results = references(model_dir, standard)
     except RuntimeError:
         return []  # transformers cannot run it at all: the workers record why, per case
-    return [
-        c
-        for c, r, e in zip(cases, results, exact)
-        if not isinstance(r, NotApplicable)
-        and (parity.is_degenerate(r.tokens) or (not isinstance(e, NotApplicable) and parity.rounding_problem(r, e)))
-    ]
+    try:
+        rounding = rounding_problems(model_dir, standard, results)
+    except RuntimeError:  # the model does not load in float64: rounding cannot be judged
+        rounding = [""] * len(cases)
+    return [c for c, r, p in zip(cases, results, rounding) if not isinstance(r, NotApplicable) and (parity.is_degenerate(r.tokens) or p)]
 
 
 def sweep_type(model_type: str, cache: Path, results: Path) -> None:

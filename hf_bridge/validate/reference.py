@@ -49,6 +49,21 @@ def references(model_dir: str | Path, cases: list[parity.Case], dtype: str = "fl
     return [NotApplicable(e["error"]) if "error" in e else parity.Result(**e) for e in entries]
 
 
+def rounding_problems(model_dir: str | Path, cases: list[parity.Case], results: list) -> list[str]:
+    """Per case, why its float32 reference in `results` cannot test parity: its rounding
+    against transformers in float64 (`parity.rounding_problem`), or float64 failing; ""
+    where it can, or where transformers cannot run the case at all."""
+    exact = references(model_dir, cases, dtype="float64")
+    return [
+        ""
+        if isinstance(result, NotApplicable)
+        else f"rounding not measured: transformers fails in float64 ({e.error})"
+        if isinstance(e, NotApplicable)
+        else parity.rounding_problem(result, e)
+        for result, e in zip(results, exact)
+    ]
+
+
 def _cache_key(case: parity.Case, dtype: str) -> str:
     return case.key() if dtype == "float32" else f"{dtype} {case.key()}"  # float32 keys read as before
 

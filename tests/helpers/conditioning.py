@@ -6,10 +6,9 @@ the other way fails parity by rounding alone."""
 from __future__ import annotations
 
 from hf_bridge.validate import parity
-from hf_bridge.validate.reference import references
+from hf_bridge.validate.reference import rounding_problems
 
 
 def assert_well_conditioned(model_dir, case: parity.Case, reference: parity.Result) -> None:
-    (exact,) = references(model_dir, [case], dtype="float64")
-    problem = parity.rounding_problem(reference, exact)
+    (problem,) = rounding_problems(model_dir, [case], [reference])
     assert not problem, f"{problem}; rebuild it with a smaller init scale (ZooSpec.init_std)"
