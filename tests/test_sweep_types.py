@@ -32,9 +32,11 @@ CASES = {
     "aria": ["one_image"],
 }
 TYPES = list(CASES)
-SEEDS = {"deepseek_vl": 2}
-"""Seeds 0 and 1 repeat one token on DeepSeek-VL's image: the seed the sweep's own search
-(`scripts/sweep.py`, first non-degenerate seed) settles on. Others: seed 0."""
+SEEDS = {"deepseek_vl": 3}
+"""The seed the sweep's own search (`scripts/sweep.py`: the first seed whose every case is
+non-degenerate and well-conditioned) settles on, so the test runs the checkpoint that
+COVERAGE.md reports (DeepSeek-VL's seeds 0 and 1 repeat one token on one image, and
+seed 2 is unfit in another case). Others: seed 0."""
 LIMITS = {"image": 2, "video": 1, "audio": 1}
 
 
