@@ -312,10 +312,8 @@ def test_media_the_processor_does_not_take_is_refused(zoo, tmp_path):
 @pytest.mark.engine
 def test_validate_runs_the_users_own_images(zoo, tmp_path):
     _write_media(tmp_path)
-    """Under the strict rule these two images' prompt log-probs differ by 5.3e-3 on hf_bridge
-    and the in-tree backend alike, 3.6e-3 on vLLM's native Mistral3 (the tiny random model
-    amplifies float32 noise: encoder rows agree to 8e-6 relative); the lenient rule, vLLM's
-    own tests', passes them and reports the difference."""
+    """The user's two files through every stage, decoding by the lenient rule, vLLM's own
+    tests', which reports the largest log-prob difference it found."""
     done, report = _validate(
         zoo("mistral3"), tmp_path, "--image", str(tmp_path / "wide.png"), "--image", str(tmp_path / "tall.jpg"),
         "--prompt", "Which one is taller?", "--lenient",
@@ -323,6 +321,21 @@ def test_validate_runs_the_users_own_images(zoo, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert _outcomes(report) == {("hf_bridge", "user", stage): PASS for stage in stages.STAGES}
     assert "[decoding] hf_bridge / user: pass: lenient rule: max |log-prob difference|" in done.stdout
+
+
+@pytest.mark.engine
+def test_exact_reference_measures_both_sides_against_float64(zoo, tmp_path):
+    """`--exact-reference`: the decoding verdict says how far transformers' float32 result
+    and vLLM's are from transformers in float64; on a well-conditioned zoo checkpoint both
+    are far inside the tolerance, and the verdict is the strict one."""
+    done, report = _validate(zoo("llava"), tmp_path, "--cases", "one_image", "--stages", "decoding", "--exact-reference")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    (verdict,) = report["verdicts"]
+    assert verdict["outcome"] == PASS, verdict
+    measured = re.fullmatch(r"against transformers in float64: its float32 reference is (\S+) off at (prompt|generated) position \d+, "
+                            r"vLLM (\S+) at (prompt|generated) position \d+", verdict["detail"])
+    assert measured, verdict["detail"]
+    assert 0 < float(measured.group(1)) <= 2.5e-4 and 0 < float(measured.group(3)) <= 2.5e-4, verdict["detail"]
 
 
 def _result(tokens, top, prompt=(1, 2, 3)):
@@ -342,6 +355,30 @@ def test_lenient_rule_accepts_a_near_tie_and_nothing_more():
     assert problems and "not each in the other's top 5" in problems[0]
     problems, _ = compare_lenient(_result([7, 9], top), _result([7, 9], top, prompt=(1, 2, 4)))
     assert problems and problems[0].startswith("prompt ids differ")
+
+
+def test_rounding_diagnosis_says_whose_rounding_a_failure_is():
+    from hf_bridge.validate.parity import Result, compare
+
+    exact = Result([1, 2, 3], [7, 8], [-0.5, -0.6], [-1.0, -2.0])
+    sloppy = Result([1, 2, 3], [7, 8], [-0.5, -0.6], [-1.0, -2.0008])  # the float32 reference, 8e-4 off
+    close = Result([1, 2, 3], [7, 8], [-0.5, -0.6], [-1.0, -1.9997])
+    assert compare(sloppy, close)  # strict parity fails: 1.1e-3 apart
+    said = stages.rounding_diagnosis(sloppy, exact, close, failed=True)
+    assert said.startswith("against transformers in float64: its float32 reference is 8.00e-04 off at prompt position 2, vLLM 3.00e-04")
+    assert said.endswith("the difference is the reference's own rounding, not vLLM's")
+    # a well-conditioned reference puts the failure on vLLM
+    off = Result([1, 2, 3], [7, 8], [-0.5, -0.6], [-1.0, -2.002])
+    assert stages.rounding_diagnosis(exact, exact, off, failed=True).endswith("the difference is vLLM's")
+    # both far from float64: neither settles it
+    assert "too much for either result to settle the case" in stages.rounding_diagnosis(sloppy, exact, off, failed=True)
+    # vLLM choosing tokens float64 does not choose is measured as such, never as a small number
+    other = Result([1, 2, 3], [7, 9], [-0.5, -0.6], [-1.0, -2.0])
+    assert "vLLM inf at float64 chose [7, 8], vLLM [7, 9]" in stages.rounding_diagnosis(exact, exact, other, failed=True)
+    # a near-tie: float32 rounding alone changes transformers' tokens
+    assert "a near-tie" in stages.rounding_diagnosis(other, exact, exact, failed=True)
+    # a pass is measured, not explained
+    assert stages.rounding_diagnosis(exact, exact, exact, failed=False).endswith("vLLM 0.00e+00 at prompt position 2")
 
 
 def test_cache_problems_name_the_item_and_field_that_differ():

@@ -177,10 +177,13 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
         emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, detail))
 
 
-def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, lenient: bool = False) -> None:
+def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, lenient: bool = False,
+                 exact_reference: bool = False) -> None:
     """Each case through one engine: the rows its decoder received against transformers'
     (encoder), and decoding: strict parity (prompt ids, greedy tokens, log-probs within
-    1e-3), or with `lenient` vLLM's own tests' rule (`parity.compare_lenient`)."""
+    1e-3), or with `lenient` vLLM's own tests' rule (`parity.compare_lenient`); with
+    `exact_reference`, each decoding verdict also says how far both sides are from
+    transformers in float64 (`stages.rounding_diagnosis`)."""
     from transformers import AutoConfig, AutoProcessor
 
     from . import parity
@@ -190,6 +193,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
 
     hf_processor = AutoProcessor.from_pretrained(model_dir)
     results = references(model_dir, cases)
+    exact = references(model_dir, cases, dtype="float64") if exact_reference else [None] * len(cases)
     hf_rows = load_rows(encoder_rows)[0] if encoder_rows is not None else {}
     feature_ids = feature_token_ids(AutoConfig.from_pretrained(model_dir))
     limits: dict[str, int] = {}
@@ -207,7 +211,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
         return llm, RowCapture(llm) if "encoder" in stage_names else None
 
     llm, capture = start()
-    for case, reference in zip(cases, results):
+    for case, reference, exact_result in zip(cases, results, exact):
         try:
             got, raised = parity.vllm_result(llm, hf_processor, case), None
         except Exception as error:  # noqa: BLE001 - the engine refused the request
@@ -227,7 +231,12 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
                 found = f"lenient rule: {found}"
             else:
                 problems, found = parity.compare(reference, got), ""
-            emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, "; ".join(problems) or found))
+            detail = "; ".join(problems) or found
+            if isinstance(exact_result, NotApplicable):
+                detail += f"; not measured against float64: transformers fails in float64 ({exact_result.error})"
+            elif exact_result is not None and got is not None:
+                detail = "; ".join(filter(None, [detail, stages.rounding_diagnosis(reference, exact_result, got, bool(problems))]))
+            emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail))
 
 
 def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Verdict:
@@ -241,7 +250,8 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Ve
     return Verdict(impl, case.name, "encoder", FAIL if problems else PASS, "; ".join(problems) or measured)
 
 
-def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None, lenient: bool = False) -> None:
+def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None, lenient: bool = False,
+           exact_reference: bool = False) -> None:
     from . import parity
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # RowCapture reaches the model in process
@@ -249,14 +259,15 @@ def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[st
     if "processing" in stage_names:
         check_processing(impl, model_dir, cases, encoder_rows)
     if "encoder" in stage_names or "decoding" in stage_names:
-        check_engine(impl, model_dir, cases, stage_names, encoder_rows, lenient)
+        check_engine(impl, model_dir, cases, stage_names, encoder_rows, lenient, exact_reference)
 
 
 # -- in the command's process -------------------------------------------------------------
 
 
 def run_worker(
-    impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None, lenient: bool = False
+    impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None, lenient: bool = False,
+    exact_reference: bool = False,
 ) -> tuple[list[Verdict], dict[tuple[str, str], str]]:
     """One implementation's verdicts, those its worker did not reach not checked, and the
     prompts as its processor placed them ((impl, case) -> HTML)."""
@@ -264,6 +275,8 @@ def run_worker(
                "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases])]
     if lenient:
         command.append("--lenient")
+    if exact_reference:
+        command.append("--exact-reference")
     if encoder_rows is not None:
         command += ["--encoder-rows", str(encoder_rows)]
     env = dict(os.environ, **IMPLS[impl][1])
@@ -297,10 +310,13 @@ def run(
     videos: Sequence[str] = (),
     cases_file: str | Path | None = None,
     lenient: bool = False,
+    exact_reference: bool = False,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
-    `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule."""
+    `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule; `exact_reference`
+    also runs transformers in float64 and says, per decoding verdict, how far each side is
+    from it."""
     from ..progress import progress
     from .checkpoint import checkpoint_dir
 
@@ -326,9 +342,12 @@ def run(
 
             with progress(f"transformers reference for {len(cases)} case(s)"):
                 references(model_dir, cases)
+            if exact_reference:
+                with progress(f"transformers reference in float64 for {len(cases)} case(s)"):
+                    references(model_dir, cases, dtype="float64")
         for name in impls:
             with progress(f"{name}: {', '.join(stage_names)}"):
-                verdicts, strips = run_worker(name, model_dir, list(stage_names), cases, encoder_rows, lenient)
+                verdicts, strips = run_worker(name, model_dir, list(stage_names), cases, encoder_rows, lenient, exact_reference)
             report.verdicts += verdicts
             report.strips.update(strips)
     return report
@@ -352,7 +371,7 @@ def case_pngs(case) -> list[bytes]:
 def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
-        args.image or (), args.video or (), args.cases_file, args.lenient,
+        args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference,
     )
     print(report)
     if args.json:
@@ -389,6 +408,12 @@ def add_parser(sub) -> None:
         help="judge decoding by vLLM's own tests' rule: where greedy tokens first differ, each side's token must be in the "
         "other's top 5 (a near-tie, reported as such); log-prob differences are reported, not judged",
     )
+    v.add_argument(
+        "--exact-reference", action="store_true",
+        help="also run transformers in float64 (twice the float32 memory) and say, per decoding verdict, how far "
+        "transformers' float32 result and vLLM's each are from it: a failure the reference's own rounding explains "
+        "is named as such; the verdicts themselves are unchanged",
+    )
     v.add_argument("--json", help="also write the verdicts as JSON here")
     v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")
     v.set_defaults(func=validate)
@@ -401,9 +426,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", required=True, help="JSON list of `parity.Case` keys")
     parser.add_argument("--encoder-rows", type=Path)
     parser.add_argument("--lenient", action="store_true")
+    parser.add_argument("--exact-reference", action="store_true")
     args = parser.parse_args(argv)
     impl, model_dir = args.worker
-    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, args.lenient)
+    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, args.lenient, args.exact_reference)
 
 
 if __name__ == "__main__":
