@@ -54,6 +54,21 @@ def _record(arch: str, case: str, outcome: str, detail: str = "") -> None:
             f.write(json.dumps({"arch": arch, "case": case, "outcome": outcome, "detail": detail}) + "\n")
 
 
+_REFERENCED: set[str] = set()
+
+
+def architecture_references(arch: str, model_dir) -> None:
+    """Every parity case of `arch` through transformers at once, in float32 and in float64:
+    one model load per dtype, not one per case (cached beside the model, read per test)."""
+    if arch in _REFERENCED:
+        return
+    standard = parity.standard_cases(SPECS[arch].min_image_side)
+    cases = [standard[name] for name in CASES if name != "video" or _has_video(arch)]
+    references(model_dir, cases)
+    references(model_dir, cases, dtype="float64")
+    _REFERENCED.add(arch)
+
+
 def limits(arch: str) -> dict[str, int]:
     return {"image": 2, "video": 1} if _has_video(arch) else {"image": 2}
 
@@ -64,6 +79,7 @@ def test_parity(arch, case, zoo, engines):
     from transformers import AutoProcessor
 
     model_dir = zoo(arch)
+    architecture_references(arch, model_dir)
     the_case = parity.standard_cases(SPECS[arch].min_image_side)[case]
     (reference,) = references(model_dir, [the_case])
     if isinstance(reference, NotApplicable):
