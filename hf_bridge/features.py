@@ -31,7 +31,7 @@ def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hid
         features = getattr(output, "last_hidden_state", output)
     if isinstance(features, torch.Tensor):
         features = [features]
-    rows = torch.cat([f.reshape(-1, hidden_size) for f in features])
+    rows = torch.cat([f.reshape(-1, hidden_size) for f in features]) if len(features) > 1 else features[0].reshape(-1, hidden_size)
     return widen(rows, side_levels(output)) if side_features else rows
 
 

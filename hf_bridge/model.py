@@ -219,6 +219,7 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         (encoder,) = {MODALITY_OF_TYPE[t] for t in encoder_types}
         # Only the item data carries the modality prefix; hf_bridge's own fields do not
         prefix = DATA_KEY.format(modality, "")
+        stacked = {k.removeprefix(prefix): v for k, v in kwargs.items() if k.startswith(prefix) and isinstance(v, torch.Tensor)}
         data = {k.removeprefix(prefix): split.unbatched(v) for k, v in kwargs.items() if k.startswith(prefix)}
         items = [{k: values[i] for k, values in data.items()} for i in range(len(counts))]
         signatures = [
@@ -231,7 +232,10 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             dtype = next(self.parameters()).dtype  # lm_head is missing on a pipeline's earlier ranks
             return [item[given_rows].to(dtype) for item in items]
         for group in split.batch_groups(signatures):
-            fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}
+            if group == list(range(len(items))):  # every item in order: vLLM's stacked tensors already hold them
+                fields = {k: _joined(stacked[k]) if k in stacked else _concat([items[i][k] for i in group]) for k in items[0]}
+            else:
+                fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}
             rows = self._encode(encoder, fields)
             sizes = split.split_rows(rows.shape[0], [counts[i] for i in group])
             for i, emb in zip(group, torch.split(rows, sizes)):
@@ -338,3 +342,8 @@ def _concat(values: list[Any]) -> Any:
     if isinstance(values[0], torch.Tensor):
         return torch.cat([v if v.ndim else v[None] for v in values])
     return values[0] if len(values) == 1 else values
+
+
+def _joined(stacked: torch.Tensor) -> torch.Tensor:
+    """`_concat` of the items vLLM stacked into `stacked`, as a view where it can be (no copy)."""
+    return stacked if stacked.ndim == 1 else stacked.flatten(0, 1)
