@@ -6,10 +6,14 @@ this run:
 
 1. **Throughput**, compiled mode (vLLM's default) and eager, each backend in its own
    process (the plugin registers at process start; `HF_BRIDGE_DISABLE=1` gives the
-   in-tree backend), alternating, medians of `--rounds`; the ratios.
+   in-tree backend), alternating, medians of `--rounds`; the ratios. `in-process` is
+   compiled mode with the engine in the caller's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+   as in a notebook or an offline script), which binds no threads: torch's default, one
+   per core.
 2. **The compute limit**: the FLOPs of one request (transformers' model under torch's
    `FlopCounterMode`: the image, the prompt, 32 decoding steps), over the fp32 matmul
-   rate at the workload's shapes with the worker's thread count; requests/s at 100%.
+   rate at the workload's shapes with each configuration's thread count (vLLM's engine
+   process: the worker's; in-process: every core); requests/s at 100%.
 3. **Time to first token** of a two-image request, alone on a warm engine, both backends.
 4. **A profile** of where a request's time goes (in-process engine, eager and compiled):
    front end (processor, hashing: `add_request`), encoder (`embed_multimodal`), prefill
@@ -20,7 +24,7 @@ this run:
 Every engine process preloads tcmalloc where installed, as vLLM's CPU guide asks
 (`hf_bridge.server.preload_tcmalloc`).
 
-    .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3] [--modes compiled eager]
+    .venv/bin/python bench/throughput.py [--requests 32] [--rounds 3] [--modes compiled eager in-process]
         [--max-num-batched-tokens N]
 """
 
@@ -68,8 +72,15 @@ def sampling():
     return SamplingParams(max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
 
 
+MODES = {"compiled": {"compiled": True, "in_process": False}, "eager": {"compiled": False, "in_process": False},
+         "in-process": {"compiled": True, "in_process": True}}
+"""Each measured configuration: vLLM's compile mode, and whether the engine runs in the
+caller's process (no engine or worker process, no thread binding)."""
+
+
 def throughput_worker(num_requests: int, compiled: bool, token_budget: int) -> dict:
     """Requests/s (fresh images: no cache reuse), then a two-image request's time to first token."""
+    import torch
     from hf_bridge.validate import parity
     from vllm import SamplingParams
 
@@ -86,7 +97,8 @@ def throughput_worker(num_requests: int, compiled: bool, token_budget: int) -> d
         llm.generate({"prompt": TWO_IMAGE_PROMPT, "multi_modal_data": {"image": images}},
                      SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
         ttfts.append(time.perf_counter() - start)
-    return {"requests_per_s": num_requests / elapsed, "two_image_ttft_s": statistics.median(ttfts)}
+    return {"requests_per_s": num_requests / elapsed, "two_image_ttft_s": statistics.median(ttfts),
+            "threads": torch.get_num_threads()}  # the computing threads when in-process
 
 
 KERNELS = {"_C::onednn_mm": "matmul (vLLM's oneDNN linear)", "_C::cpu_attention_with_kv_cache": "attention (vLLM's CPU kernel)"}
@@ -194,19 +206,23 @@ def flops_worker() -> dict:
             "intermediate": text.intermediate_size}
 
 
-def matmul_rate(m: int, k: int, n: int, threads: int, seconds: float = 1.0) -> float:
-    """FLOP/s of an fp32 (m, k) @ (k, n) matmul on `threads` threads."""
+def matmul_rate(m: int, k: int, n: int, threads: int, seconds: float = 0.5, repeats: int = 5) -> float:
+    """FLOP/s of an fp32 (m, k) @ (k, n) matmul on `threads` threads: the best of `repeats`
+    timings (a ceiling: a moment of interference must not lower it)."""
     import torch
 
     torch.set_num_threads(threads)
     a, b = torch.randn(m, k), torch.randn(k, n)
     for _ in range(5):
         a @ b
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        count += 1
-    return 2 * m * k * n * count / (time.perf_counter() - start)
+    rates = []
+    for _ in range(repeats):
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            a @ b
+            count += 1
+        rates.append(2 * m * k * n * count / (time.perf_counter() - start))
+    return max(rates)
 
 
 def worker_threads() -> int:
@@ -216,11 +232,21 @@ def worker_threads() -> int:
     return max(1, cores - 1) if cores > 1 else 1
 
 
-def run(kind: str, *args, in_tree: bool = False) -> dict:
+def mode_threads(mode: str, runs: list[dict]) -> int:
+    """The threads a configuration computes on: in-process, those its runs reported; else the worker's."""
+    if MODES[mode]["in_process"]:
+        (threads,) = {r["threads"] for r in runs}
+        return threads
+    return worker_threads()
+
+
+def run(kind: str, *args, in_tree: bool = False, in_process: bool = False) -> dict:
     from hf_bridge.server import preload_tcmalloc
 
     env = preload_tcmalloc(dict(os.environ, HF_BRIDGE_DISABLE="1" if in_tree else "0"))
-    if kind == "profile":  # an in-process engine binds no threads: give it the worker's count
+    if in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if kind == "profile" and not in_process:  # an in-process engine binds no threads: give it the worker's count
         env["OMP_NUM_THREADS"] = str(worker_threads())
     return run_worker(__file__, ["--worker", kind, *map(str, args)], env, f"{kind} ({'in-tree' if in_tree else 'hf_bridge'})")
 
@@ -229,7 +255,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", nargs="+", default=["compiled", "eager"], choices=["compiled", "eager"],
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES),
                         help="the first is the one the time to first token and the rates are given for")
     parser.add_argument("--max-num-batched-tokens", type=int, default=0, dest="token_budget",
                         help="vLLM's token budget per step, both backends (default: vLLM's, 4096 offline on CPU)")
@@ -241,7 +267,7 @@ def main() -> None:
             report(flops_worker())
         else:
             worker = throughput_worker if kind == "throughput" else profile_worker
-            report(worker(int(rest[0]), rest[1] == "compiled", int(rest[2])))
+            report(worker(int(rest[0]), MODES[rest[1]]["compiled"], int(rest[2])))
         return
     from hf_bridge.zoo import build
 
@@ -253,18 +279,21 @@ def main() -> None:
         for r in range(args.rounds):
             for backend in (backends if r % 2 == 0 else backends[::-1]):
                 in_tree = backend == "in-tree"
-                runs[mode, backend].append(run("throughput", args.requests, mode, args.token_budget, in_tree=in_tree))
+                runs[mode, backend].append(run("throughput", args.requests, mode, args.token_budget, in_tree=in_tree,
+                                               in_process=MODES[mode]["in_process"]))
                 print(f"{mode:8s} round {r + 1}: {backend:9s} {runs[mode, backend][-1]['requests_per_s']:.3f} requests/s", flush=True)
 
     counted = run("flops")
-    threads = worker_threads()
     prompt, hidden, inter = counted["prompt_tokens"], counted["hidden"], counted["intermediate"]
-    prefill_rate = matmul_rate(prompt, hidden, inter, threads)
-    decode_rate = matmul_rate(MAX_NUM_SEQS, hidden, inter, threads)
     prefill, total = counted["prefill_flops"], counted["request_flops"]
-    # each part of the request at the rate of its shapes: prompt-sized rows, a batch of decode rows
-    limit_s = prefill / prefill_rate + (total - prefill) / decode_rate
-    limit = 1 / limit_s
+    threads = {mode: mode_threads(mode, runs[mode, "hf_bridge"] + runs[mode, "in-tree"]) for mode in modes}
+    limits: dict[int, dict[str, float]] = {}
+    for count in sorted(set(threads.values()), key=lambda t: t != worker_threads()):  # the worker's first
+        prefill_rate = matmul_rate(prompt, hidden, inter, count)
+        decode_rate = matmul_rate(MAX_NUM_SEQS, hidden, inter, count)
+        # each part of the request at the rate of its shapes: prompt-sized rows, a batch of decode rows
+        limit_s = prefill / prefill_rate + (total - prefill) / decode_rate
+        limits[count] = {"prefill_rate": prefill_rate, "decode_rate": decode_rate, "seconds": limit_s, "rps": 1 / limit_s}
 
     def median(mode: str, backend: str, key: str = "requests_per_s") -> float:
         return statistics.median(r[key] for r in runs[mode, backend])
@@ -272,20 +301,24 @@ def main() -> None:
     budget = f"max_num_batched_tokens={args.token_budget}" if args.token_budget else "vLLM's default token budget"
     print(f"\n{MODEL}, {args.requests} requests x (1 image, {NEW_TOKENS} new tokens), float32, {budget}, "
           f"medians of {args.rounds}:")
-    print(f"  compute limit: {total / 1e9:.2f} GFLOP per request ({prefill / 1e9:.2f} image + prompt, "
-          f"{(total - prefill) / 1e9:.2f} decoding), fp32 matmul on {threads} thread(s) (the worker's) at "
-          f"{prefill_rate / 1e9:.1f} GFLOP/s ({prompt}x{hidden}x{inter}) and {decode_rate / 1e9:.1f} GFLOP/s "
-          f"({MAX_NUM_SEQS}x{hidden}x{inter}) -> {limit:.2f} requests/s")
-    print(f"  {'mode':9s} {'hf_bridge':>10s} {'in-tree':>10s} {'hf/in-tree':>11s} {'hf/limit':>9s} {'in-tree/limit':>14s}")
+    for count, limit in limits.items():
+        whose = "the worker's" if count == worker_threads() else "the in-process engine's"
+        print(f"  compute limit: {total / 1e9:.2f} GFLOP per request ({prefill / 1e9:.2f} image + prompt, "
+              f"{(total - prefill) / 1e9:.2f} decoding), fp32 matmul on {count} thread(s) ({whose}) at "
+              f"{limit['prefill_rate'] / 1e9:.1f} GFLOP/s ({prompt}x{hidden}x{inter}) and {limit['decode_rate'] / 1e9:.1f} GFLOP/s "
+              f"({MAX_NUM_SEQS}x{hidden}x{inter}) -> {limit['rps']:.2f} requests/s")
+    print(f"  {'mode':11s} {'threads':>7s} {'hf_bridge':>10s} {'in-tree':>10s} {'hf/in-tree':>11s} {'hf/limit':>9s} {'in-tree/limit':>14s}")
     for mode in modes:
-        ours, theirs = median(mode, "hf_bridge"), median(mode, "in-tree")
-        print(f"  {mode:9s} {ours:10.3f} {theirs:10.3f} {ours / theirs:11.3f} {ours / limit:9.1%} {theirs / limit:14.1%}")
+        ours, theirs, limit = median(mode, "hf_bridge"), median(mode, "in-tree"), limits[threads[mode]]["rps"]
+        print(f"  {mode:11s} {threads[mode]:7d} {ours:10.3f} {theirs:10.3f} {ours / theirs:11.3f} {ours / limit:9.1%} {theirs / limit:14.1%}")
     ttft_ours, ttft_theirs = median(first, "hf_bridge", "two_image_ttft_s"), median(first, "in-tree", "two_image_ttft_s")
     print(f"  two-image request, time to first token ({first}, alone): hf_bridge {ttft_ours * 1e3:.1f} ms, "
           f"in-tree {ttft_theirs * 1e3:.1f} ms; in-tree / hf_bridge = {ttft_theirs / ttft_ours:.3f}")
 
-    print(f"\nprofile, hf_bridge, {args.requests} requests, in-process engine (share of wall time):")
-    profiles = {mode: run("profile", args.requests, mode, args.token_budget) for mode in modes}
+    profiles = {mode: run("profile", args.requests, mode, args.token_budget, in_process=MODES[mode]["in_process"])
+                for mode in modes}
+    on = ", ".join(f"{mode} {p['threads']}" for mode, p in profiles.items())
+    print(f"\nprofile, hf_bridge, {args.requests} requests, in-process engine (share of wall time; threads: {on}):")
     stages = list(profiles[first]["stages"])
     print(f"  {'stage':44s} " + " ".join(f"{mode:>14s}" for mode in modes))
 
@@ -300,6 +333,8 @@ def main() -> None:
                 row(f"  {kernel}", [p["kernels"].get(stage, {}).get(kernel, 0.0) for p in profiles.values()])
     print(f"  {'wall per request':44s} " + " ".join(f"{p['wall_s'] * 1e3 / args.requests:7.1f} ms {'':5s}" for p in profiles.values()))
     profile = profiles[first]
+    limit = limits[threads[first]]
+    limit_s, prefill_rate, decode_rate = limit["seconds"], limit["prefill_rate"], limit["decode_rate"]
     print(f"  on {profile['threads']} thread(s); per request 1/limit = {limit_s * 1e3:.1f} ms of matmul at the measured rates; "
           f"{first}, the forward computes at {prefill * args.requests / profile['stages']['prefill (forward)'] / 1e9:.1f} GFLOP/s "
           f"in prefill steps ({prefill_rate / 1e9:.1f} matmul) and {(total - prefill) * args.requests / profile['stages']['decode (forward)'] / 1e9:.1f} "
