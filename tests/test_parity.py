@@ -35,11 +35,14 @@ def _has_video(arch: str) -> bool:
     return SPECS[arch].has_video
 
 
+def _cases(arch: str) -> list[str]:
+    """The parity cases `arch` runs: every case, video only for a video model."""
+    return [case for case in CASES if case != "video" or _has_video(arch)]
+
+
 def _params():
     for arch in [a for a, spec in SPECS.items() if spec.servable]:
-        for case in CASES:
-            if case == "video" and not _has_video(arch):
-                continue
+        for case in _cases(arch):
             marks = []
             expected = XFAIL.get((arch, case))
             if expected is not None and not os.environ.get("HF_BRIDGE_PARITY_REPORT"):
@@ -63,7 +66,7 @@ def architecture_references(arch: str, model_dir) -> None:
     if arch in _REFERENCED:
         return
     standard = parity.standard_cases(SPECS[arch].min_image_side)
-    cases = [standard[name] for name in CASES if name != "video" or _has_video(arch)]
+    cases = [standard[name] for name in _cases(arch)]
     references(model_dir, cases)
     references(model_dir, cases, dtype="float64")
     _REFERENCED.add(arch)

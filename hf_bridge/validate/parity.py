@@ -361,15 +361,17 @@ ROUNDING_SHARE = 0.25
 """The most of `ATOL` the float32 reference's own rounding may take on a checkpoint that
 tests parity: beyond it, a correct float32 implementation rounding the other way can land
 outside the tolerance (found on a tiny Aria: 8.3e-4 at one prompt position)."""
+ROUNDING_BUDGET = ROUNDING_SHARE * ATOL
 
 
-def rounding_error(reference: Result, exact: Result) -> tuple[float, str]:
-    """How far the float32 `reference` is from the `exact` (float64) one: the largest
-    log-prob difference, and where. Different greedy tokens count as infinite."""
-    if reference.prompt_ids != exact.prompt_ids or reference.tokens != exact.tokens:
-        return math.inf, f"float64 chose other tokens: {exact.tokens} against float32's {reference.tokens}"
-    where = [(abs(r - e), f"generated position {i}") for i, (r, e) in enumerate(zip(reference.token_logprobs, exact.token_logprobs))]
-    where += [(abs(r - e), f"prompt position {i + 1}") for i, (r, e) in enumerate(zip(reference.prompt_logprobs, exact.prompt_logprobs))]
+def rounding_error(result: Result, exact: Result, who: str = "float32's") -> tuple[float, str]:
+    """How far a float32 `result` (transformers' by default; `who` names it) is from the
+    `exact` (float64) one: the largest log-prob difference, and where. Different prompt
+    ids or greedy tokens count as infinite."""
+    if result.prompt_ids != exact.prompt_ids or result.tokens != exact.tokens:
+        return math.inf, f"float64 chose other tokens: {exact.tokens} against {who} {result.tokens}"
+    where = [(abs(r - e), f"generated position {i}") for i, (r, e) in enumerate(zip(result.token_logprobs, exact.token_logprobs))]
+    where += [(abs(r - e), f"prompt position {i + 1}") for i, (r, e) in enumerate(zip(result.prompt_logprobs, exact.prompt_logprobs))]
     return max(where, default=(0.0, "nowhere"))
 
 
@@ -377,12 +379,11 @@ def rounding_problem(reference: Result, exact: Result) -> str:
     """Why the float32 `reference` cannot test parity ("" when it can): its own rounding,
     against the `exact` (float64) result, takes more than `ROUNDING_SHARE` of `ATOL`."""
     error, where = rounding_error(reference, exact)
-    budget = ROUNDING_SHARE * ATOL
-    if error <= budget:
+    if error <= ROUNDING_BUDGET:
         return ""
     return (
         f"ill-conditioned checkpoint: transformers' float32 result is {error:.2e} from its float64 one at {where}, "
-        f"over the {budget:.1e} rounding budget ({ROUNDING_SHARE:.0%} of the {ATOL:.0e} tolerance)"
+        f"over the {ROUNDING_BUDGET:.1e} rounding budget ({ROUNDING_SHARE:.0%} of the {ATOL:.0e} tolerance)"
     )
 
 

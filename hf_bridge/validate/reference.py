@@ -53,15 +53,15 @@ def rounding_problems(model_dir: str | Path, cases: list[parity.Case], results: 
     """Per case, why its float32 reference in `results` cannot test parity: its rounding
     against transformers in float64 (`parity.rounding_problem`), or float64 failing; ""
     where it can, or where transformers cannot run the case at all."""
-    exact = references(model_dir, cases, dtype="float64")
-    return [
-        ""
-        if isinstance(result, NotApplicable)
-        else f"rounding not measured: transformers fails in float64 ({e.error})"
-        if isinstance(e, NotApplicable)
-        else parity.rounding_problem(result, e)
-        for result, e in zip(results, exact)
-    ]
+    problems = []
+    for result, exact in zip(results, references(model_dir, cases, dtype="float64")):
+        if isinstance(result, NotApplicable):
+            problems.append("")
+        elif isinstance(exact, NotApplicable):
+            problems.append(f"rounding not measured: transformers fails in float64 ({exact.error})")
+        else:
+            problems.append(parity.rounding_problem(result, exact))
+    return problems
 
 
 def _cache_key(case: parity.Case, dtype: str) -> str:

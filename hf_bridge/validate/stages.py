@@ -152,25 +152,21 @@ def rounding_diagnosis(reference, exact, candidate, failed: bool) -> str:
     """What transformers in float64 (`exact`) says of a decoding comparison between its
     float32 `reference` and vLLM's `candidate` (`parity.Result`s): how far each is from
     it, and, where the comparison `failed`, whose rounding the gap is."""
-    from .parity import ATOL, ROUNDING_SHARE, rounding_error
+    from .parity import ATOL, ROUNDING_BUDGET, rounding_error
 
     ref_error, ref_where = rounding_error(reference, exact)
-    if candidate.prompt_ids != exact.prompt_ids or candidate.tokens != exact.tokens:
-        got_error, got_where = math.inf, f"float64 chose {exact.tokens}, vLLM {candidate.tokens}"
-    else:
-        got_error, got_where = rounding_error(candidate, exact)
+    got_error, got_where = rounding_error(candidate, exact, who="vLLM's")
     measured = (f"against transformers in float64: its float32 reference is {ref_error:.2e} off at {ref_where}, "
                 f"vLLM {got_error:.2e} at {got_where}")
     if math.isinf(ref_error):
         return f"{measured}; a near-tie: float32 rounding alone changes transformers' tokens, so no float32 run can be held to them"
-    budget = ROUNDING_SHARE * ATOL
     if not failed:
         return measured
-    if got_error <= ATOL and ref_error > budget:
+    if got_error <= ATOL and ref_error > ROUNDING_BUDGET:
         return (f"{measured}; vLLM is within the {ATOL:.0e} tolerance of float64 and the reference is not "
-                f"well-conditioned (over {budget:.1e}): the difference is the reference's own rounding, not vLLM's")
-    if ref_error <= budget:
-        return f"{measured}; the reference is well-conditioned (within {budget:.1e} of float64): the difference is vLLM's"
+                f"well-conditioned (over {ROUNDING_BUDGET:.1e}): the difference is the reference's own rounding, not vLLM's")
+    if ref_error <= ROUNDING_BUDGET:
+        return f"{measured}; the reference is well-conditioned (within {ROUNDING_BUDGET:.1e} of float64): the difference is vLLM's"
     return (f"{measured}; vLLM too is beyond the {ATOL:.0e} tolerance of float64: this checkpoint amplifies "
             "float32 rounding too much for either result to settle the case")
 
