@@ -11,6 +11,9 @@ photo; the processors resize and tile it as they would a user's), given two ways
   decode happens once per request before the processor, hit or miss, and is printed
   on its own line, outside both figures.
 - **PIL**: a `PIL.Image` as `LLM.generate` takes it offline; vLLM hashes its pixels.
+- **PIL+uuid**: the same, with the caller's own identifier for it (`multi_modal_uuids`
+  offline, `uuid` beside an `image_url`), which vLLM keys its caches by instead of
+  hashing the pixels.
 
 The zoo's processors are shrunk for the tests (Qwen2-VL's to 112 x 112 pixels), which
 makes a miss cheaper than any real checkpoint's. `--sizes default` runs each model
@@ -42,7 +45,7 @@ from pathlib import Path
 
 from worker_process import report, run_worker
 
-INPUTS = ("served", "PIL")
+INPUTS = ("served", "PIL", "PIL+uuid")
 JPEG_QUALITY = 90
 SIZES = ("zoo", "default")
 SIZE_FIELDS = ("size", "crop_size", "max_image_size", "max_patches", "min_pixels", "max_pixels")
@@ -89,32 +92,41 @@ def worker(model: str, repeats: int, size: tuple[int, int], sizes: str) -> None:
         model_dir = at_default_sizes(model_dir, Path(scratch.name) / model)
     processor = build_processor(model_dir)
     cache = processor_cache(processor)
+    cache.make_stats(delta=True)
     prompt = parity.prompt_text(processor.info.get_hf_processor(), parity.Case("x", num_images=1))
     media_io = ImageMediaIO(image_mode="RGB")  # the server's decoder for image_url items
 
-    def timed(image) -> float:
-        """What the engine's front end runs for a request: parse its items, then apply."""
+    def timed(image, uuids, hit: bool) -> float:
+        """What the engine's front end runs for a request: parse its items, then apply;
+        checked against the cache's own count to be the `hit` or miss it is timed as."""
         start = time.perf_counter()
-        processor(prompt, processor.info.parse_mm_data({"image": image}), hf_processor_mm_kwargs={}, cache=cache)
-        return time.perf_counter() - start
+        processor(prompt, processor.info.parse_mm_data({"image": image}), uuids, hf_processor_mm_kwargs={}, cache=cache)
+        elapsed = time.perf_counter() - start
+        counted = cache.make_stats(delta=True)
+        if (counted.hits, counted.total) != (int(hit), 1):
+            raise RuntimeError(f"timed as a {'hit' if hit else 'miss'}, the processor cache counted {counted}")
+        return elapsed
 
     def served(seed: int):
         data = jpeg_bytes(parity.test_image(*size, seed=seed))
         start = time.perf_counter()
         image = media_io.load_bytes(data)
-        return image, {"decode_ms": (time.perf_counter() - start) * 1e3, "jpeg_kb": len(data) / 1024}
+        return image, None, {"decode_ms": (time.perf_counter() - start) * 1e3, "jpeg_kb": len(data) / 1024}
 
     def offline(seed: int):
-        return parity.test_image(*size, seed=seed), {}
+        return parity.test_image(*size, seed=seed), None, {}
+
+    def offline_with_uuid(seed: int):
+        return parity.test_image(*size, seed=seed), {"image": [f"photo-{seed}"]}, {}
 
     result = {}
-    for name, make in zip(INPUTS, (served, offline)):
-        timed(make(10_000 + INPUTS.index(name))[0])  # warm-up
+    for name, make in zip(INPUTS, (served, offline, offline_with_uuid)):
+        timed(*make(10_000 + INPUTS.index(name))[:2], hit=False)  # warm-up
         misses, hits, extras = [], [], []
         for i in range(repeats):
-            image, extra = make(1_000 * INPUTS.index(name) + i)
-            misses.append(timed(image))
-            hits.append(timed(image))
+            image, uuids, extra = make(1_000 * INPUTS.index(name) + i)
+            misses.append(timed(image, uuids, hit=False))
+            hits.append(timed(image, uuids, hit=True))
             extras.append(extra)
         result[name] = {"miss_ms": statistics.median(misses) * 1e3, "hit_ms": statistics.median(hits) * 1e3,
                         **{key: statistics.median(e[key] for e in extras) for key in extras[0]}}
@@ -142,7 +154,7 @@ def main() -> None:
     if args.worker:
         return worker(args.worker, args.repeats, size, args.sizes[0])
     print(f"one {size[0]}x{size[1]} image through vLLM's multimodal processor and its processor cache (medians of {args.repeats})")
-    print(f"{'model':<14} {'sizes':<8} {'backend':<9} {'input':<7} {'miss ms':>9} {'hit ms':>8} {'miss/hit':>9}")
+    print(f"{'model':<14} {'sizes':<8} {'backend':<9} {'input':<8} {'miss ms':>9} {'hit ms':>8} {'miss/hit':>9}")
     decodes = []
     for sizes in args.sizes:
         for model in args.models:
@@ -151,7 +163,7 @@ def main() -> None:
                 backend = "in-tree" if in_tree else "hf_bridge"
                 for name in INPUTS:
                     r = result[name]
-                    print(f"{model:<14} {sizes:<8} {backend:<9} {name:<7} {r['miss_ms']:>9.2f} {r['hit_ms']:>8.2f} "
+                    print(f"{model:<14} {sizes:<8} {backend:<9} {name:<8} {r['miss_ms']:>9.2f} {r['hit_ms']:>8.2f} "
                           f"{r['miss_ms'] / r['hit_ms']:>9.1f}", flush=True)
                 decodes.append(result["served"])
     print(f"served images: JPEG (quality {JPEG_QUALITY}) of {statistics.median(d['jpeg_kb'] for d in decodes):.0f} KiB, "

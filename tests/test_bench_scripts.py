@@ -31,14 +31,15 @@ def test_gpu_encoder_graph_script_dry_pass_on_cpu():
 
 def test_processor_cache_benchmark_runs():
     """bench/processor_cache.py's table, one repeat on the tiny Qwen2-VL at the zoo's and
-    at transformers' default sizes, both backends, each with a served (JPEG bytes) and a
-    PIL row, and the served images' decode line."""
+    at transformers' default sizes, both backends, each with a served (JPEG bytes), a PIL
+    and a PIL-with-uuid row (each timing checked against the cache's own hit count), and
+    the served images' decode line."""
     done = subprocess.run([sys.executable, str(BENCH / "processor_cache.py"), "--models", "qwen2_vl", "--repeats", "1",
                            "--size", "448", "336", "--sizes", "zoo", "default"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("qwen2_vl ")]
     assert [r[1:4] for r in rows] == [[s, b, i] for s in ("zoo", "default") for b in ("hf_bridge", "in-tree")
-                                      for i in ("served", "PIL")], done.stdout
+                                      for i in ("served", "PIL", "PIL+uuid")], done.stdout
     assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows), rows
     assert re.search(r"served images: JPEG \(quality 90\) of [0-9]+ KiB, decoded .* in [0-9.]+ ms", done.stdout), done.stdout
 
