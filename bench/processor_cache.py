@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -63,19 +63,11 @@ def at_default_sizes(model_dir: Path, into: Path) -> Path:
     its class's defaults; the rest of the processor stays the zoo's."""
     from transformers import AutoProcessor
 
-    into.mkdir()
-    for path in model_dir.iterdir():
-        if path.suffix == ".safetensors":
-            (into / path.name).symlink_to(path)
-        elif path.is_file():
-            shutil.copy(path, into / path.name)
-    processor = AutoProcessor.from_pretrained(model_dir)
-    defaults = type(processor.image_processor)()
-    for name in SIZE_FIELDS:
-        if hasattr(defaults, name):
-            setattr(processor.image_processor, name, getattr(defaults, name))
-    processor.save_pretrained(into)
-    return into
+    from hf_bridge.zoo.variant import variant
+
+    defaults = type(AutoProcessor.from_pretrained(model_dir).image_processor)()
+    sizes = {name: getattr(defaults, name) for name in SIZE_FIELDS if hasattr(defaults, name)}
+    return variant(model_dir, into, image_processor=json.loads(json.dumps(sizes, default=dict)))
 
 
 def worker(model: str, repeats: int, size: tuple[int, int], sizes: str) -> None:

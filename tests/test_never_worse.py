@@ -11,25 +11,12 @@ The failures come from real processors set up to fail, not from mocks.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
 from hf_bridge.validate import parity
 from hf_bridge.validate.reference import references
+from hf_bridge.zoo.variant import variant
 from helpers.scenarios import run_scenario
-
-
-def variant_checkpoint(source, destination, **sections):
-    """A copy of a zoo checkpoint whose `processor_config.json` sections are updated."""
-    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("hf_bridge_reference.json"))
-    path = destination / "processor_config.json"
-    config = json.loads(path.read_text())
-    for section, values in sections.items():
-        config[section].update(values)
-    path.write_text(json.dumps(config))
-    return destination
 
 
 @pytest.mark.engine
@@ -38,7 +25,7 @@ def test_failing_video_probe_switches_video_off_and_keeps_serving(zoo, engines, 
     video probe raises inside the HF processor. Text and images keep their parity."""
     from transformers import AutoProcessor
 
-    model_dir = variant_checkpoint(
+    model_dir = variant(
         zoo("qwen2_vl"), tmp_path / "qwen2_vl-video-fails", video_processor={"do_sample_frames": True, "num_frames": 1000}
     )
     processor = AutoProcessor.from_pretrained(model_dir)

@@ -1,0 +1,62 @@
+"""A checkpoint with some of its settings changed, its weights linked rather than copied:
+how the tests, the benchmarks and the processor-settings sweep try settings the zoo does
+not ship."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+PROCESSOR_CONFIG = "processor_config.json"
+SECTION_FILES = {
+    "image_processor": "preprocessor_config.json",
+    "feature_extractor": "preprocessor_config.json",
+    "video_processor": "video_preprocessor_config.json",
+}
+"""Where transformers saves a processor's part that is not nested in the processor's file."""
+HF_BRIDGE_FILES = "hf_bridge_"
+"""hf_bridge's own files beside a checkpoint (cached references, the zoo's recipe stamp):
+they describe the original, not the copy."""
+
+
+def variant(
+    model_dir: Path,
+    into: Path,
+    *,
+    processor: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    **sections: dict[str, Any],
+) -> Path:
+    """Copy checkpoint `model_dir` to `into` (a new directory; weights as symlinks, none of
+    hf_bridge's own files) with these keys set: `processor`'s in the processor's own
+    config, each of `sections`' (`image_processor=`, `video_processor=`, ...) in that
+    part's config, `config`'s in the model config."""
+    unknown = set(sections) - set(SECTION_FILES)
+    if unknown:
+        raise TypeError(f"no processor part {', '.join(sorted(unknown))}; parts are {', '.join(SECTION_FILES)}")
+    into.mkdir(parents=True)
+    for path in Path(model_dir).iterdir():
+        if path.suffix == ".safetensors":
+            (into / path.name).symlink_to(path.resolve())
+        elif path.is_file() and not path.name.startswith(HF_BRIDGE_FILES):
+            shutil.copy(path, into / path.name)
+    nested = _read(into / PROCESSOR_CONFIG)
+    for section, keys in sections.items():
+        if section in nested:
+            nested[section].update(keys)
+        else:
+            _update(into / SECTION_FILES[section], keys)
+    _update(into / PROCESSOR_CONFIG, {**nested, **(processor or {})})
+    _update(into / "config.json", config or {})
+    return into
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _update(path: Path, keys: dict[str, Any]) -> None:
+    if keys:
+        path.write_text(json.dumps({**_read(path), **keys}, indent=2))
