@@ -9,6 +9,8 @@ model cannot load the tiny checkpoint, which must read as not checked, never as 
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import re
@@ -195,11 +197,10 @@ def test_validate_names_a_processor_that_announces_more_than_the_tower_gives(zoo
     """LLaVA's processor told one more token per image than its CLIP tower returns: the
     processing stage names the counts, and nothing crashes (transformers' own forward
     refuses the case, so encoder and decoding are n/a, text still decodes)."""
-    model_dir = tmp_path / "llava-announces-one-more"
-    shutil.copytree(zoo("llava"), model_dir, ignore=shutil.ignore_patterns("hf_bridge_reference.json"))
-    config = json.loads((model_dir / "processor_config.json").read_text())
-    config["num_additional_image_tokens"] += 1
-    (model_dir / "processor_config.json").write_text(json.dumps(config))
+    from hf_bridge.zoo.variant import variant
+
+    assert json.loads((zoo("llava") / "processor_config.json").read_text())["num_additional_image_tokens"] == 1
+    model_dir = variant(zoo("llava"), tmp_path / "llava-announces-one-more", processor={"num_additional_image_tokens": 2})
 
     done, report = _validate(model_dir, tmp_path, "--cases", "one_image,text_only")
 
@@ -291,7 +292,8 @@ def test_user_cases_from_files_and_jsonl(zoo, tmp_path):
     "line, message",
     [
         ({"name": "x", "images": ["missing.png"]}, "cases.jsonl:1: no such media file"),
-        ({"name": "x", "image": ["a.png"]}, "cases.jsonl:1: unknown key(s) image; keys are name, prompt, images, videos"),
+        ({"name": "x", "image": ["a.png"]}, "cases.jsonl:1: unknown key(s) image; keys are name, prompt, images, videos, mm_processor_kwargs"),
+        ({"name": "x", "mm_processor_kwargs": ["size"]}, "cases.jsonl:1: mm_processor_kwargs must be a JSON object of the processor's keyword arguments"),
     ],
 )
 def test_bad_user_cases_are_refused_with_their_line(tmp_path, line, message):
@@ -300,6 +302,59 @@ def test_bad_user_cases_are_refused_with_their_line(tmp_path, line, message):
     (tmp_path / "cases.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(SystemExit, match=re.escape(message)):
         command.cases_from_file(tmp_path / "cases.jsonl")
+
+
+def test_processor_kwargs_reach_both_processors_in_every_case_that_sets_none(zoo, tmp_path):
+    """`--mm-processor-kwargs` goes to every case but one of the cases file that sets its
+    own; a case keeps them through its key (a worker rebuilds it, the reference cache
+    tells it apart), transformers' processor gets them in its call, vLLM's per request."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import command, parity
+
+    _write_media(tmp_path)
+    own = {"size": {"shortest_edge": 3136, "longest_edge": 3136}}
+    (tmp_path / "cases.jsonl").write_text(json.dumps({"name": "small", "images": ["wide.png"], "mm_processor_kwargs": own}) + "\n")
+    larger = {"size": {"shortest_edge": 12544, "longest_edge": 50176}}
+    model_dir = zoo("qwen2_vl")
+    cases = command.selected_cases(model_dir, ["one_image"], None, cases_file=tmp_path / "cases.jsonl", mm_processor_kwargs=larger)
+    assert [(c.name, c.mm_processor_kwargs) for c in cases] == [("small", own), ("one_image", larger)]
+    assert [parity.Case(**json.loads(c.key())) for c in cases] == cases
+    assert cases[1].key() != parity.standard_cases(command.IMAGE_SIDE)["one_image"].key()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    patches = [parity.hf_inputs(processor, c)["image_grid_thw"].prod().item() for c in cases]
+    default = [parity.hf_inputs(processor, dataclasses.replace(c, processor_kwargs=""))["image_grid_thw"].prod().item() for c in cases]
+    assert patches == [8, 80] and default == [24, 24], (patches, default)  # at most 3136 pixels; at least 12544
+    assert [parity.vllm_request(processor, c)["mm_processor_kwargs"] for c in cases] == [own, larger]
+    assert "mm_processor_kwargs" not in parity.vllm_request(processor, parity.standard_cases(64)["one_image"])
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{do_pan_and_scan: true}", "not JSON"),
+    ('["do_pan_and_scan"]', "a JSON object of keyword arguments is needed"),
+])
+def test_bad_processor_kwargs_are_refused_on_the_command_line(text, message):
+    from hf_bridge.validate import command
+
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        command.json_object(text)
+
+
+@pytest.mark.engine
+def test_validate_with_processor_kwargs_checks_what_they_change(zoo, tmp_path):
+    """Gemma3's pan-and-scan is off unless the processor call turns it on (its processor's
+    own defaults override the saved image processor): with it, a wide image is the image
+    and two crops, each its own run of image tokens between text inside one item, and
+    hf_bridge's placement and rows match transformers'."""
+    model_dir = zoo("gemma3")
+    pan_and_scan = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28, "pan_and_scan_max_num_crops": 2,
+                    "pan_and_scan_min_ratio_to_activate": 1.2}
+    done, report = _validate(model_dir, tmp_path, "--cases", "odd_aspect", "--stages", "processing,encoder",
+                             "--mm-processor-kwargs", json.dumps(pan_and_scan))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert _outcomes(report) == {("hf_bridge", "odd_aspect", s): PASS for s in ("processing", "encoder")}
+    (encoder,) = [v for v in report["verdicts"] if v["stage"] == "encoder"]
+    assert encoder["detail"].startswith("12 rows x"), encoder  # 3 x 4 tokens; without pan-and-scan 4
 
 
 def test_media_the_processor_does_not_take_is_refused(zoo, tmp_path):
@@ -312,9 +367,9 @@ def test_media_the_processor_does_not_take_is_refused(zoo, tmp_path):
 
 @pytest.mark.engine
 def test_validate_runs_the_users_own_images(zoo, tmp_path):
-    _write_media(tmp_path)
     """The user's two files through every stage, decoding by the lenient rule, vLLM's own
     tests', which reports the largest log-prob difference it found."""
+    _write_media(tmp_path)
     done, report = _validate(
         zoo("mistral3"), tmp_path, "--image", str(tmp_path / "wide.png"), "--image", str(tmp_path / "tall.jpg"),
         "--prompt", "Which one is taller?", "--lenient",

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import stages
 from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
@@ -43,10 +44,12 @@ def selected_cases(
     images: Sequence[str] = (),
     videos: Sequence[str] = (),
     cases_file: str | Path | None = None,
+    mm_processor_kwargs: dict[str, Any] | None = None,
 ) -> list:
     """The cases to run: the user's own (`images`/`videos` with `text`, and each line of
     `cases_file`), then the standard cases named, or, without cases of the user's, every
-    standard case this checkpoint's processor can run (with the user's text where given)."""
+    standard case this checkpoint's processor can run (with the user's text where given).
+    `mm_processor_kwargs` go to the processor in every case that sets none of its own."""
     import dataclasses
 
     from . import parity
@@ -69,15 +72,27 @@ def selected_cases(
     chosen = [standard[n] for n in (names or ([] if own else available))]
     chosen = [dataclasses.replace(c, text=text) for c in chosen] if text else chosen
     cases = own + chosen
+    try:
+        given = processor_kwargs_json(mm_processor_kwargs or {})
+    except ValueError as error:
+        raise SystemExit(f"hf-bridge validate: {error}") from None
+    if given:
+        cases = [c if c.processor_kwargs else dataclasses.replace(c, processor_kwargs=given) for c in cases]
     repeated = sorted({c.name for c in cases if [d.name for d in cases].count(c.name) > 1})
     if repeated:
         raise SystemExit(f"hf-bridge validate: case name(s) {', '.join(repeated)} used twice; give each case its own name")
     return cases
 
 
+CASE_FILE_KEYS = ("name", "prompt", "images", "videos", "mm_processor_kwargs")
+
+
 def cases_from_file(path: str | Path) -> list:
     """Cases from a JSONL file: one object per line, `{"name": ..., "prompt": ...,
-    "images": [paths], "videos": [paths]}`; paths relative to the file."""
+    "images": [paths], "videos": [paths], "mm_processor_kwargs": {...}}`; paths relative
+    to the file."""
+    import dataclasses
+
     from . import parity
 
     path = Path(path).expanduser()
@@ -87,14 +102,25 @@ def cases_from_file(path: str | Path) -> list:
             continue
         try:
             entry = json.loads(line)
-            unknown = set(entry) - {"name", "prompt", "images", "videos"}
+            unknown = set(entry) - set(CASE_FILE_KEYS)
             if unknown:
-                raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; keys are name, prompt, images, videos")
+                raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; keys are {', '.join(CASE_FILE_KEYS)}")
             resolve = [str(path.parent / p) for p in entry.get("images", [])], [str(path.parent / p) for p in entry.get("videos", [])]
-            cases.append(parity.Case.from_files(entry.get("name", f"line{number}"), entry.get("prompt", parity.Case.text), *resolve))
+            case = parity.Case.from_files(entry.get("name", f"line{number}"), entry.get("prompt", parity.Case.text), *resolve)
+            if "mm_processor_kwargs" in entry:
+                case = dataclasses.replace(case, processor_kwargs=processor_kwargs_json(entry["mm_processor_kwargs"]))
+            cases.append(case)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"hf-bridge validate: {path}:{number}: {error}") from None
     return cases
+
+
+def processor_kwargs_json(kwargs: object) -> str:
+    """`kwargs` (an object of keyword arguments for the HF processor) as a case keeps it."""
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"mm_processor_kwargs must be a JSON object of the processor's keyword arguments, "
+                         f"e.g. {{\"do_image_splitting\": false}}; got {kwargs!r}")
+    return json.dumps(kwargs, sort_keys=True) if kwargs else ""
 
 
 def feature_token_ids(config) -> dict[str, int]:
@@ -148,7 +174,10 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
             request = parity.vllm_request(hf_processor, case)
             # twice through a fresh front-end processor cache: processed afresh, then served from it
             cache = inspection.processor_cache(processor)
-            view, cached = (inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"), cache=cache) for _ in range(2))
+            view, cached = (
+                inspection.inspect_prompt(processor, request["prompt"], request.get("multi_modal_data"), request.get("mm_processor_kwargs"), cache=cache)
+                for _ in range(2)
+            )
         except Exception as error:  # noqa: BLE001 - vLLM's processing refused what HF accepts
             emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
             continue
@@ -311,12 +340,14 @@ def run(
     cases_file: str | Path | None = None,
     lenient: bool = False,
     exact_reference: bool = False,
+    mm_processor_kwargs: dict[str, Any] | None = None,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
     `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule; `exact_reference`
     also runs transformers in float64 and says, per decoding verdict, how far each side is
-    from it."""
+    from it; `mm_processor_kwargs` go to both processors in every case (as vLLM's
+    `mm_processor_kwargs` per request), except cases of `cases_file` that set their own."""
     from ..progress import progress
     from .checkpoint import checkpoint_dir
 
@@ -325,7 +356,7 @@ def run(
     unknown = [s for s in stage_names if s not in stages.STAGES]
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
-    cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file)
+    cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs)
     report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
     with tempfile.TemporaryDirectory() as scratch:
         encoder_rows = None
@@ -368,10 +399,21 @@ def case_pngs(case) -> list[bytes]:
     return pngs
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """A command-line JSON object, refused with the reason."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object of keyword arguments is needed, e.g. '{{\"do_image_splitting\": false}}'; got {text!r}")
+    return value
+
+
 def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
-        args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference,
+        args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
     )
     print(report)
     if args.json:
@@ -402,7 +444,13 @@ def add_parser(sub) -> None:
     v.add_argument("--prompt", help="the user's text in every case, instead of each case's own")
     v.add_argument("--image", action="append", metavar="PATH", help="your own image (repeatable): one case of your images, videos and --prompt, run instead of the standard cases unless --cases names some")
     v.add_argument("--video", action="append", metavar="PATH", help="your own video file (repeatable; read with OpenCV), in that case")
-    v.add_argument("--cases-file", metavar="JSONL", help='your own cases, one JSON object per line: {"name": ..., "prompt": ..., "images": [...], "videos": [...]} (paths relative to the file)')
+    v.add_argument("--cases-file", metavar="JSONL", help='your own cases, one JSON object per line: {"name": ..., "prompt": ..., "images": [...], "videos": [...], "mm_processor_kwargs": {...}} (paths relative to the file)')
+    v.add_argument(
+        "--mm-processor-kwargs", type=json_object, metavar="JSON",
+        help='keyword arguments for the HF processor in every case (one of --cases-file sets its own), as vLLM\'s '
+        'flag of that name takes them, e.g. \'{"do_pan_and_scan": true}\': transformers\' processor gets them in its '
+        "call, vLLM's with each request",
+    )
     v.add_argument(
         "--lenient", action="store_true",
         help="judge decoding by vLLM's own tests' rule: where greedy tokens first differ, each side's token must be in the "

@@ -50,6 +50,9 @@ class Case:
     """Digest of the files' bytes, so a cached reference follows a file that changed."""
     image_shape: tuple[int, ...] = ()
     """(width, height) of every synthetic image, instead of the two `side`-based shapes."""
+    processor_kwargs: str = ""
+    """Keyword arguments for the HF processor call, as JSON (`mm_processor_kwargs`): given
+    to transformers' processor and, per request, to vLLM's."""
 
     def __post_init__(self):
         for name in ("image_files", "video_files", "image_shape"):  # lists, once the case went through JSON
@@ -95,6 +98,10 @@ class Case:
         counts = {"image": self.num_images, "video": self.num_videos, "audio": self.num_audios}
         return {m: n for m, n in counts.items() if n}
 
+    @property
+    def mm_processor_kwargs(self) -> dict[str, Any]:
+        return json.loads(self.processor_kwargs) if self.processor_kwargs else {}
+
     def messages(self) -> list[dict]:
         content = [{"type": kind} for kind, n in self.media_counts.items() for _ in range(n)]
         content = [dict(c) for c in content] + [{"type": "text", "text": self.text}]
@@ -102,7 +109,7 @@ class Case:
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
-        for name in ("num_audios", "image_files", "video_files", "media_digest", "image_shape"):
+        for name in ("num_audios", "image_files", "video_files", "media_digest", "image_shape", "processor_kwargs"):
             if not fields[name]:  # keys of cases without them read as before they existed
                 del fields[name]
         return json.dumps(fields, sort_keys=True)
@@ -206,6 +213,7 @@ def hf_inputs(processor, case: Case, **extra):
 
 
 def _call(processor, text: str, case: Case, **extra):
+    extra = {**case.mm_processor_kwargs, **extra}
     kwargs: dict[str, Any] = {}
     if case.num_images:
         kwargs["images"] = case.images
@@ -290,6 +298,8 @@ def vllm_request(processor, case: Case) -> dict:
         mm["audio"] = audios if case.num_audios > 1 else audios[0]
     if mm:
         request["multi_modal_data"] = mm
+    if case.processor_kwargs:
+        request["mm_processor_kwargs"] = case.mm_processor_kwargs
     return request
 
 
