@@ -43,11 +43,10 @@ class Engines:
         return self.llm
 
     def close(self):
+        from hf_bridge.validate.engine import shutdown
+
         if self.llm is not None:
-            try:
-                self.llm.llm_engine.engine_core.shutdown()
-            except Exception:
-                pass
+            shutdown(self.llm)
         self.llm = None
         self.key = None
         gc.collect()

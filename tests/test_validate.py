@@ -357,6 +357,24 @@ def test_validate_with_processor_kwargs_checks_what_they_change(zoo, tmp_path):
     assert encoder["detail"].startswith("12 rows x"), encoder  # 3 x 4 tokens; without pan-and-scan 4
 
 
+@pytest.mark.engine
+def test_cases_after_two_that_raised_run_on_a_sound_engine(zoo, tmp_path):
+    """The in-tree backend cannot split Idefics3's untiled images (its own error, kept as
+    the verdict); each raise rebuilds the in-process engine, and the text case after two of
+    them passes. (The engine that raised used to be freed only by the collector, after its
+    successor started, tearing down the successor's parallel state: "pipeline model
+    parallel group is not initialized".)"""
+    done, report = _validate(zoo("idefics3"), tmp_path, "--impl", "intree", "--cases", "one_image,two_images,text_only",
+                             "--stages", "encoder,decoding", "--mm-processor-kwargs", '{"do_image_splitting": false}')
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    outcomes = _outcomes(report)
+    for case in ("one_image", "two_images"):
+        assert outcomes[("intree", case, "decoding")] == FAIL
+        detail = next(v["detail"] for v in report["verdicts"] if (v["case"], v["stage"]) == (case, "decoding"))
+        assert "vLLM raised ValueError: Idefics3Processor returned 1 row(s) of image data" in detail, detail
+    assert outcomes[("intree", "text_only", "decoding")] == PASS
+
+
 def test_media_the_processor_does_not_take_is_refused(zoo, tmp_path):
     from hf_bridge.validate import command
 

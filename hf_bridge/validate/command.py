@@ -10,6 +10,7 @@ leaves what it checked, and the rest is reported as not checked, with the worker
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -217,7 +218,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
 
     from . import parity
     from .encoder import RowCapture, feature_positions, load_rows
-    from .engine import make_llm
+    from .engine import make_llm, shutdown
     from .reference import NotApplicable, references
 
     hf_processor = AutoProcessor.from_pretrained(model_dir)
@@ -245,7 +246,11 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             got, raised = parity.vllm_result(llm, hf_processor, case), None
         except Exception as error:  # noqa: BLE001 - the engine refused the request
             got, raised = None, f"vLLM raised {type(error).__name__}: {error}"
-            llm, capture = start()  # an in-process engine that raised is not reused
+        if raised:  # an in-process engine that raised is not reused, and is freed before the next starts
+            shutdown(llm)
+            llm = capture = None
+            gc.collect()
+            llm, capture = start()
         if capture is not None:
             positions = feature_positions(got.prompt_ids, feature_ids) if got else []
             emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised))

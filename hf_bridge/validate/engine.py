@@ -31,3 +31,16 @@ def make_llm(model_dir: str | Path, *, limit_mm_per_prompt: dict[str, int] | Non
         kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
     kwargs.setdefault("model_impl", "transformers")
     return LLM(model=str(model_dir), **kwargs)
+
+
+def shutdown(llm) -> None:
+    """Stop an in-process engine's core, before another starts in this process. The caller
+    then drops its references and collects (`gc.collect()`): vLLM's parallel state is the
+    process's own, and an engine freed after its successor started (a reference cycle, or
+    an exception's traceback, keeps it alive until the collector runs) tears the
+    successor's state down; its next request fails with "pipeline model parallel group is
+    not initialized"."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - an engine that raised may be half stopped already
+        pass
