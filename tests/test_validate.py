@@ -330,8 +330,8 @@ def test_processor_kwargs_reach_both_processors_in_every_case_that_sets_none(zoo
 
 
 @pytest.mark.parametrize("text, message", [
-    ("{do_pan_and_scan: true}", "not JSON"),
-    ('["do_pan_and_scan"]', "a JSON object of keyword arguments is needed"),
+    ("{do_pan_and_scan: true}", "Expecting property name enclosed in double quotes"),
+    ('["do_pan_and_scan"]', "mm_processor_kwargs must be a JSON object of the processor's keyword arguments"),
 ])
 def test_bad_processor_kwargs_are_refused_on_the_command_line(text, message):
     from hf_bridge.validate import command

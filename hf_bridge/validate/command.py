@@ -408,10 +408,9 @@ def json_object(text: str) -> dict[str, Any]:
     """A command-line JSON object, refused with the reason."""
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise argparse.ArgumentTypeError(f"not JSON ({error}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"a JSON object of keyword arguments is needed, e.g. '{{\"do_image_splitting\": false}}'; got {text!r}")
+        processor_kwargs_json(value)  # refuses anything but an object
+    except ValueError as error:  # JSONDecodeError among them
+        raise argparse.ArgumentTypeError(f"{error} (from {text!r})") from None
     return value
 
 

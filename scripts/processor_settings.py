@@ -1,0 +1,146 @@
+"""Processor settings the tests never use, through `hf-bridge validate`: zoo checkpoints
+with a setting saved in their processor (and, where the model reads it too, their
+config), or given per request as vLLM's `mm_processor_kwargs`, every stage and case
+against transformers with the same setting, through hf_bridge and vLLM's in-tree
+Transformers backend.
+
+    .venv/bin/python scripts/processor_settings.py --out PROCESSOR_SETTINGS.md   # all (about 20 minutes)
+    .venv/bin/python scripts/processor_settings.py --only gemma3-pan-and-scan --impls hf_bridge   # printed only
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ALL_STAGES = ("processing", "encoder", "decoding")
+PINPOINTS = [[56, 168], [168, 56], [112, 112], [56, 56]]
+PAN_AND_SCAN = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28, "pan_and_scan_max_num_crops": 2,
+                "pan_and_scan_min_ratio_to_activate": 1.2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    arch: str
+    """The zoo checkpoint it changes."""
+    what: str
+    image_processor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    video_processor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    processor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    per_request: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Given as `mm_processor_kwargs` instead of saved."""
+    stages: tuple[str, ...] = ALL_STAGES
+
+
+SETTINGS = [
+    Setting("idefics3-no-splitting", "idefics3", "no tiles, one image", image_processor={"do_image_splitting": False}),
+    Setting("idefics3-larger-images", "idefics3", "images up to 224 px: more tiles", image_processor={"size": {"longest_edge": 224}}),
+    Setting("idefics3-no-splitting-per-request", "idefics3", "no tiles, per request", per_request={"do_image_splitting": False}),
+    Setting("smolvlm-no-splitting", "smolvlm", "no tiles", image_processor={"do_image_splitting": False}),
+    Setting("internvl-no-crops", "internvl", "no crops: one tile", image_processor={"crop_to_patches": False}),
+    Setting("internvl-8-crops", "internvl", "up to 8 crops", image_processor={"max_patches": 8}),
+    Setting("aya_vision-no-crops", "aya_vision", "no crops: one tile", image_processor={"crop_to_patches": False}),
+    Setting("qwen2_vl-more-pixels", "qwen2_vl", "12544-50176 pixels: small images upscaled",
+            image_processor={"size": {"shortest_edge": 12544, "longest_edge": 50176}}),
+    Setting("qwen2_vl-more-pixels-per-request", "qwen2_vl", "the same, per request (images and video)",
+            per_request={"size": {"shortest_edge": 12544, "longest_edge": 50176}}),
+    Setting("qwen2_vl-sampled-frames", "qwen2_vl", "video frames sampled at 1 fps: one temporal patch",
+            video_processor={"do_sample_frames": True, "fps": 1, "min_frames": 2}),
+    Setting("qwen3_vl-1-fps", "qwen3_vl", "video frames sampled at 1 fps: one temporal patch, its timestamps",
+            video_processor={"fps": 1, "min_frames": 2}),
+    Setting("qwen3_vl-larger-frames", "qwen3_vl", "video frames of 16384-65536 pixels: 4x the patches",
+            video_processor={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
+    Setting("mistral3-224", "mistral3", "images up to 224 px: a larger patch grid with its row breaks",
+            image_processor={"size": {"longest_edge": 224}}),
+    Setting("llava-full-features", "llava", "CLIP's class token kept: one more image token",
+            processor={"vision_feature_select_strategy": "full"}, config={"vision_feature_select_strategy": "full"}),
+    Setting("llava_next-other-grid", "llava_next", "other resolutions, 1x3 and 3x1 tiles",
+            image_processor={"image_grid_pinpoints": PINPOINTS}, config={"image_grid_pinpoints": PINPOINTS}),
+    Setting("llava_onevision-anyres-max-1", "llava_onevision", "anyres_max_1: features pooled down to one tile's worth",
+            processor={"vision_aspect_ratio": "anyres_max_1"}, config={"vision_aspect_ratio": "anyres_max_1"}),
+    Setting("gemma3-pan-and-scan", "gemma3", "pan and scan, per request: an image and its crops, text between them in one item",
+            per_request=PAN_AND_SCAN, stages=("processing", "encoder")),
+]
+"""Gemma3's decoding is left out: its image attention is bidirectional, which vLLM's CPU
+attention cannot do (README, Known limits)."""
+
+
+IMPLS = ("hf_bridge", "intree")
+DETAIL_CHARS = 240
+"""Of each verdict's detail in the table: enough for the cause."""
+
+
+def check(setting: Setting, scratch: Path, impl: str = "hf_bridge") -> tuple[int, str, float]:
+    """(exit code, what did not pass, seconds) of validating `setting` through `impl`
+    (`hf-bridge validate --impl`): the first such verdict, and how many there are."""
+    from hf_bridge.validate import command
+    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+
+    model_dir = scratch / setting.name
+    if not model_dir.exists():
+        model_dir = _checkpoint(setting, model_dir)
+    start = time.perf_counter()
+    report = command.run(model_dir, impl, stage_names=setting.stages, mm_processor_kwargs=setting.per_request or None)
+    others = [v for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
+    said = f"{len(others)} verdict(s) not passed, first {others[0].case} {others[0].stage}: {others[0].outcome}: " \
+        f"{others[0].detail[:DETAIL_CHARS]}" if others else ""
+    return report.exit_code, said, time.perf_counter() - start
+
+
+def _checkpoint(setting: Setting, into: Path) -> Path:
+    """A copy of the zoo checkpoint (weights linked) with `setting` saved into it: its own
+    directory even where nothing is saved, for the references of its per-request setting."""
+    from hf_bridge.zoo import build
+    from hf_bridge.zoo.variant import variant
+
+    model_dir = build(setting.arch)
+    sections = {name: keys for name, keys in (("image_processor", setting.image_processor),
+                                              ("video_processor", setting.video_processor)) if keys}
+    return variant(model_dir, into, processor=setting.processor, config=setting.config, **sections)
+
+
+def how(setting: Setting) -> str:
+    saved = {**setting.image_processor, **setting.video_processor, **setting.processor}
+    parts = [f"saved `{saved}`"] if saved else []
+    parts += [f"config `{setting.config}`"] if setting.config else []
+    parts += [f"per request `{setting.per_request}`"] if setting.per_request else []
+    return ", ".join(parts).replace("|", "\\|")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=[s.name for s in SETTINGS])
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for setting in SETTINGS:
+            if args.only and setting.name not in args.only:
+                continue
+            verdicts = []
+            for impl in args.impls:
+                code, others, seconds = check(setting, Path(scratch), impl)
+                verdicts.append("pass" if code == 0 else f"exit {code}: {others}".replace("|", "\\|"))
+                print(f"{setting.name} / {impl}: {verdicts[-1]} ({seconds:.0f} s)", flush=True)
+            rows.append(f"| {setting.arch} | {setting.what} | {how(setting)} | {', '.join(setting.stages)} | {' | '.join(verdicts)} |")
+    if args.out:
+        args.out.write_text(
+            "# Processor settings\n\n"
+            f"`scripts/processor_settings.py` ({time.strftime('%Y-%m-%d')}): zoo checkpoints with settings the tests "
+            "never use, every standard case through `hf-bridge validate --impl` (against transformers with the same "
+            "setting; decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3). Exit 1: a "
+            "stage failed, each named with its cause; exit 2: one could not be checked.\n\n"
+            f"| architecture | setting | how | stages | {' | '.join(args.impls)} |\n"
+            f"|---|---|---|---|{'---|' * len(args.impls)}\n" + "\n".join(rows) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Settings a checkpoint or a request may carry that the zoo does not ship: the helper
+that writes such a checkpoint, and one row of PROCESSOR_SETTINGS.md kept from rotting
+between runs of `scripts/processor_settings.py`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_bridge.zoo.variant import PROCESSOR_CONFIG, SECTION_FILES, variant
+
+IMAGE_PROCESSOR_CONFIG = SECTION_FILES["image_processor"]
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "processor_settings.py"
+
+
+def _checkpoint(directory: Path, nested: bool) -> Path:
+    directory.mkdir()
+    (directory / "model.safetensors").write_bytes(b"weights")
+    (directory / "config.json").write_text(json.dumps({"model_type": "llava", "image_token_index": 7}))
+    image_processor = {"size": {"shortest_edge": 56}, "do_resize": True}
+    processor = {"processor_class": "LlavaProcessor", **({"image_processor": image_processor} if nested else {})}
+    (directory / PROCESSOR_CONFIG).write_text(json.dumps(processor))
+    if not nested:
+        (directory / IMAGE_PROCESSOR_CONFIG).write_text(json.dumps(image_processor))
+    (directory / "hf_bridge_reference.json").write_text("{}")
+    (directory / "hf_bridge_zoo.json").write_text("{}")
+    return directory
+
+
+@pytest.mark.parametrize("nested", [True, False], ids=["image-processor-in-processor-config", "own-file"])
+def test_variant_sets_only_the_keys_asked_for_and_links_the_weights(tmp_path, nested):
+    original = _checkpoint(tmp_path / "original", nested)
+    copy = variant(original, tmp_path / "copy", processor={"vision_feature_select_strategy": "full"},
+                   image_processor={"size": {"shortest_edge": 112}}, config={"image_token_index": 9})
+    processor = json.loads((copy / PROCESSOR_CONFIG).read_text())
+    image_processor = processor["image_processor"] if nested else json.loads((copy / IMAGE_PROCESSOR_CONFIG).read_text())
+    assert image_processor == {"size": {"shortest_edge": 112}, "do_resize": True}
+    assert processor["vision_feature_select_strategy"] == "full" and processor["processor_class"] == "LlavaProcessor"
+    assert json.loads((copy / "config.json").read_text()) == {"model_type": "llava", "image_token_index": 9}
+    assert (copy / "model.safetensors").is_symlink() and (copy / "model.safetensors").read_bytes() == b"weights"
+    assert not any(copy.glob("hf_bridge_*"))  # the original's references and recipe are not the copy's
+    assert json.loads((original / "config.json").read_text())["image_token_index"] == 7
+
+
+def test_variant_refuses_a_part_a_processor_does_not_have(tmp_path):
+    with pytest.raises(TypeError, match="no processor part image_procesor; parts are image_processor"):
+        variant(_checkpoint(tmp_path / "original", True), tmp_path / "copy", image_procesor={"size": 1})
+
+
+@pytest.mark.engine
+def test_a_saved_setting_the_model_reads_too_keeps_parity(tmp_path):
+    """LLaVA keeping CLIP's class token (`full` in its processor and config): one more
+    placeholder per image, every stage and case passing, as PROCESSOR_SETTINGS.md says."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import parity
+    from hf_bridge.zoo import build
+
+    spec = importlib.util.spec_from_file_location("processor_settings", SCRIPT)
+    script = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))  # dataclasses look it up
+    spec.loader.exec_module(script)
+    (setting,) = [s for s in script.SETTINGS if s.name == "llava-full-features"]
+    code, others, _ = script.check(setting, tmp_path)
+    assert code == 0, others
+    case = parity.standard_cases(64)["one_image"]
+    image_token = AutoProcessor.from_pretrained(build("llava")).tokenizer.convert_tokens_to_ids("<image>")
+    counts = [parity.hf_inputs(AutoProcessor.from_pretrained(d), case)["input_ids"][0].tolist().count(image_token)
+              for d in (build("llava"), tmp_path / setting.name)]
+    assert counts[1] == counts[0] + 1, counts
