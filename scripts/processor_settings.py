@@ -68,7 +68,7 @@ SETTINGS = [
             per_request=PAN_AND_SCAN, stages=("processing", "encoder")),
 ]
 """Gemma3's decoding is left out: its image attention is bidirectional, which vLLM's CPU
-attention cannot do (README, Known limits)."""
+attention cannot do (README, Not yet)."""
 
 
 IMPLS = ("hf_bridge", "intree")

@@ -4,18 +4,16 @@ between runs of `scripts/processor_settings.py`."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.scripts import load_script
 from hf_bridge.zoo.variant import PROCESSOR_CONFIG, SECTION_FILES, variant
 
 IMAGE_PROCESSOR_CONFIG = SECTION_FILES["image_processor"]
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "processor_settings.py"
 
 
 def _checkpoint(directory: Path, nested: bool) -> Path:
@@ -61,9 +59,7 @@ def test_a_saved_setting_the_model_reads_too_keeps_parity(tmp_path):
     from hf_bridge.validate import parity
     from hf_bridge.zoo import build
 
-    spec = importlib.util.spec_from_file_location("processor_settings", SCRIPT)
-    script = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))  # dataclasses look it up
-    spec.loader.exec_module(script)
+    script = load_script("processor_settings")
     (setting,) = [s for s in script.SETTINGS if s.name == "llava-full-features"]
     code, others, _ = script.check(setting, tmp_path)
     assert code == 0, others

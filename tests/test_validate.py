@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers.scripts import load_script
 from hf_bridge.validate import stages
 from hf_bridge.validate.parity import ROUNDING_BUDGET
 from hf_bridge.validate.stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, ItemRange, Verdict
@@ -346,10 +347,8 @@ def test_validate_with_processor_kwargs_checks_what_they_change(zoo, tmp_path):
     own defaults override the saved image processor): with it, a wide image is the image
     and two crops, each its own run of image tokens between text inside one item, and
     hf_bridge's placement and rows match transformers'."""
-    model_dir = zoo("gemma3")
-    pan_and_scan = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28, "pan_and_scan_max_num_crops": 2,
-                    "pan_and_scan_min_ratio_to_activate": 1.2}
-    done, report = _validate(model_dir, tmp_path, "--cases", "odd_aspect", "--stages", "processing,encoder",
+    pan_and_scan = load_script("processor_settings").PAN_AND_SCAN  # small crops for the zoo's small images
+    done, report = _validate(zoo("gemma3"), tmp_path, "--cases", "odd_aspect", "--stages", "processing,encoder",
                              "--mm-processor-kwargs", json.dumps(pan_and_scan))
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert _outcomes(report) == {("hf_bridge", "odd_aspect", s): PASS for s in ("processing", "encoder")}
