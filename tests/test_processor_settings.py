@@ -15,7 +15,6 @@ from hf_bridge.zoo.variant import PROCESSOR_CONFIG, SECTION_FILES, variant
 IMAGE_PROCESSOR_CONFIG = SECTION_FILES["image_processor"]
 
 
-
 def _checkpoint(directory: Path, nested: bool) -> Path:
     directory.mkdir()
     (directory / "model.safetensors").write_bytes(b"weights")
