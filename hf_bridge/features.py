@@ -31,7 +31,8 @@ def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hid
         features = getattr(output, "last_hidden_state", output)
     if isinstance(features, torch.Tensor):
         features = [features]
-    rows = torch.cat([f.reshape(-1, hidden_size) for f in features]) if len(features) > 1 else features[0].reshape(-1, hidden_size)
+    rows = [f.reshape(-1, hidden_size) for f in features]
+    rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # one tensor: no copy
     return widen(rows, side_levels(output)) if side_features else rows
 
 

@@ -232,10 +232,9 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             dtype = next(self.parameters()).dtype  # lm_head is missing on a pipeline's earlier ranks
             return [item[given_rows].to(dtype) for item in items]
         for group in split.batch_groups(signatures):
-            if group == list(range(len(items))):  # every item in order: vLLM's stacked tensors already hold them
-                fields = {k: _joined(stacked[k]) if k in stacked else _concat([items[i][k] for i in group]) for k in items[0]}
-            else:
-                fields = {k: _concat([items[i][k] for i in group]) for k in items[group[0]]}
+            every_item = group == list(range(len(items)))  # in order: vLLM's stacked tensors already hold them
+            fields = {k: _joined(stacked[k]) if every_item and k in stacked else _concat([items[i][k] for i in group])
+                      for k in items[group[0]]}
             rows = self._encode(encoder, fields)
             sizes = split.split_rows(rows.shape[0], [counts[i] for i in group])
             for i, emb in zip(group, torch.split(rows, sizes)):
