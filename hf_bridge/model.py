@@ -17,6 +17,7 @@ backend diverges from transformers replaced:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
@@ -33,6 +34,7 @@ from vllm.distributed.utils import get_pp_indices
 from vllm.sequence import IntermediateTensors
 
 from . import LOGGER_NAME, features, split
+from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
@@ -150,6 +152,25 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             return super()._pre_trained_model_classes
         except AttributeError as error:
             raise RuntimeError(f"transformers' AutoModel cannot build this {type(self.config).__name__}: {error}") from error
+
+    @cached_property
+    def _compile_twins(self) -> dict[type, type]:
+        """Each HF class vLLM marks for torch.compile, and the twin marked instead."""
+        return {}
+
+    def _decorate_cls_for_torch_compile(self, cls, **kwargs):
+        """vLLM's decorator on a twin of `cls`, never on `cls`: decorated in place,
+        transformers' own class fails in every plain HF model of the process
+        (`compile_twin.py`)."""
+        if cls not in self._compile_twins:
+            self._compile_twins[cls] = twin(cls)
+        super()._decorate_cls_for_torch_compile(cls=self._compile_twins[cls], **kwargs)
+
+    @contextmanager
+    def _mark_model_components(self, vllm_config):
+        """vLLM's hook around building `self.model`: the engine's instances are built as twins."""
+        with built_as(self._compile_twins), super()._mark_model_components(vllm_config):
+            yield
 
     def _attention_backend(self):
         """The attention backend vLLM selected for the text model's layers."""

@@ -1,9 +1,10 @@
 """Transformers reference results, computed in a clean subprocess and cached on disk.
 
-The reference must come from an untouched transformers: once a vLLM engine is built
-in a process, vLLM's Transformers backend has decorated HF model classes in place
-(for torch.compile), so an HF model built afterwards in that process is not plain
-transformers any more. Each reference therefore runs in its own interpreter.
+The reference must come from an untouched transformers: once vLLM's in-tree
+Transformers backend (which validate also runs) has built an engine in a process, it
+has decorated HF model classes in place for torch.compile, so an HF model in that
+process is not plain transformers any more (hf_bridge decorates a twin instead:
+`compile_twin.py`). Each reference therefore runs in its own interpreter.
 """
 
 from __future__ import annotations
