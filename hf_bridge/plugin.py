@@ -16,6 +16,9 @@ start (`unplaceable`): a checkpoint whose processor hf_bridge cannot probe for a
 modality is served by vLLM's in-tree backend class, exactly as without hf_bridge, and
 the reason is logged. Installing hf_bridge never takes a model away.
 
+`register` also keeps an in-process engine's successor alive when the old one is freed
+after it (`engine_lifetime.py`).
+
 `HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge;
 hf_bridge never replaces vLLM's `"vllm"` attention function, only reuses it.
 """
@@ -66,6 +69,9 @@ def register() -> None:
     ModelRegistry.register_model(OWN_ARCHITECTURE, MODEL_CLASS)
     ModelRegistry.register_model(OWN_MOE_ARCHITECTURE, MOE_MODEL_CLASS)
     _route_transformers_backend(ModelRegistry)
+    from .engine_lifetime import install
+
+    install()
 
 
 def _route_transformers_backend(registry) -> None:
