@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import Any
 
 import torch
+from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
 from vllm.logger import init_logger
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
@@ -159,12 +160,14 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         return {}
 
     def _decorate_cls_for_torch_compile(self, cls, **kwargs):
-        """vLLM's decorator on a twin of `cls`, never on `cls`: decorated in place,
+        """vLLM's decorator on a twin of `cls`, not on `cls`: decorated in place,
         transformers' own class fails in every plain HF model of the process
-        (`compile_twin.py`)."""
-        if cls not in self._compile_twins:
+        (`compile_twin.py`). Unless vLLM's in-tree backend has already decorated `cls`
+        itself in this process: a twin would wrap its wrapper, and vLLM's decorator
+        leaves a class it has marked as it is."""
+        if TorchCompileWithNoGuardsWrapper not in cls.__bases__ and cls not in self._compile_twins:
             self._compile_twins[cls] = twin(cls)
-        super()._decorate_cls_for_torch_compile(cls=self._compile_twins[cls], **kwargs)
+        super()._decorate_cls_for_torch_compile(cls=self._compile_twins.get(cls, cls), **kwargs)
 
     @contextmanager
     def _mark_model_components(self, vllm_config):
