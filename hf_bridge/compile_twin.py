@@ -10,9 +10,9 @@ such model built before the engine ("'LlamaModel' object has no attribute
 compared with.
 
 hf_bridge gives the decorator a *twin* instead, a subclass of the HF class with the same
-name, and has the engine's instances become the twin as they are built (`built_as`, only while the
-engine builds its model). The HF class never changes; the engine's modules still pass
-every `isinstance` check against it.
+name, and the engine's instances become the twin as they are built (`built_as`, only
+while the engine builds its model). The HF class never changes; the engine's modules
+still pass every `isinstance` check against it.
 
 No vLLM import: plain Python classes.
 """
