@@ -249,7 +249,8 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
     """Greedy generation and log-probs from transformers itself, in the model's dtype
-    (float32; float64 for the rounding check, media features cast to it)."""
+    (float32; float64 for the rounding check, bfloat16 for an engine in bfloat16; media
+    features cast to it)."""
     import torch
     from transformers import AutoProcessor
 
@@ -257,8 +258,8 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
     model = model or load_generation_model(model_dir)
     inputs = hf_inputs(processor, case)
     inputs.pop("labels", None)  # PaliGemma's processor adds training labels
-    if model.dtype == torch.float64:
-        inputs = inputs.to(torch.float64)  # BatchFeature casts floating tensors only
+    if model.dtype != torch.float32:
+        inputs = inputs.to(model.dtype)  # BatchFeature casts floating tensors only; not every model casts its pixels
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
         # generated log-probs are generate's own logits: a second forward would have to

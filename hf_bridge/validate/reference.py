@@ -30,7 +30,8 @@ class NotApplicable:
 
 def references(model_dir: str | Path, cases: list[parity.Case], dtype: str = "float32") -> list[parity.Result | NotApplicable]:
     """Reference results for `cases`, cached beside the model. `dtype="float64"` gives the
-    exact reference the float32 one's rounding is measured against (`parity.rounding_error`)."""
+    exact reference the float32 one's rounding is measured against (`parity.rounding_error`);
+    `"bfloat16"` the one an engine in bfloat16 is judged against, by `parity.compare_lenient`."""
     model_dir = Path(model_dir)
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
@@ -81,7 +82,7 @@ def _harness_digest() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
     parser.add_argument("model_dir")
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
