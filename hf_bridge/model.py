@@ -1,9 +1,10 @@
-"""The one generic model class hf_bridge serves every HF vision-language model with.
+"""The one generic model hf_bridge serves every HF vision-language model with.
 
-It is vLLM's in-tree Transformers backend (`MultiModalMixin` + `CausalMixin`: loading
-through `AutoModel.from_config`, the `"vllm"` paged-attention implementation for the
-text model, vLLM's parallel layers and weight loading), with the places where that
-backend diverges from transformers replaced:
+`HFBridgeBase` is vLLM's in-tree multimodal Transformers backend (`MultiModalMixin`:
+loading through `AutoModel.from_config`, the `"vllm"` paged-attention implementation for
+the text model, vLLM's parallel layers and weight loading), with the places where that
+backend diverges from transformers replaced. `HFBridgeForConditionalGeneration` puts
+vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
 
 - `embed_multimodal` encodes the per-item data `processing.py` produced, batching only
   items whose shapes already agree, and splits the output by each item's embedding
@@ -61,20 +62,14 @@ from .versions import log_handling
 logger = init_logger(LOGGER_NAME)
 
 
-@MULTIMODAL_REGISTRY.register_processor(
-    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
-)
-class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, CausalMixin):
-    """Serves any HF VLM through `AutoModel`; no per-architecture code."""
+class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
+    """Any HF VLM through `AutoModel`, no per-architecture code: everything but what the
+    runner puts on top (a generation head here, a pooler in `pooling.py`)."""
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
-        if self.pp_group.is_last_rank:
-            self.hf_head = HFLogitsHead.from_config(self.config)
-            # The HF head decides scaling and soft-capping, so vLLM's processor must not
-            self.logits_processor = LogitsProcessor(self.text_config.vocab_size)
         text_model = self.get_language_model().model
         self.side_features = None
         if text_model is not None and decoder_takes_side_features(text_model):
@@ -199,16 +194,6 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             for parent, name, module in hidden:
                 setattr(parent, name, module)
 
-    def _get_tie_word_embeddings(self) -> bool:
-        """Tie lm_head to the input embeddings exactly when transformers does.
-
-        transformers 5 reads `tie_word_embeddings` from the generation class's own
-        config only (`PreTrainedModel.tie_weights`); vLLM's backend ties when the text
-        config says so too. A checkpoint built from Qwen3-VL-MoE's defaults has `False`
-        at the top and `True` in its text config: tied, every logit is wrong.
-        """
-        return bool(getattr(self.config, "tie_word_embeddings", False))
-
     def get_language_model(self) -> torch.nn.Module:
         """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the
         base model itself, with no `language_model` to point at."""
@@ -218,12 +203,6 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
             # __setattr__ would register beside instead of replacing
             object.__setattr__(language_model, "model", self.model)
         return language_model
-
-    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        logits = self.logits_processor(self.lm_head, hidden_states, self.lm_head.bias)
-        if logits is None:
-            return None
-        return self.hf_head(logits)
 
     # -- multimodal embeddings ---------------------------------------------------------
 
@@ -298,6 +277,36 @@ class HFBridgeForConditionalGeneration(EncoderGraphsMixin, MultiModalMixin, Caus
         kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
         positions, delta = get_rope_index(input_ids=torch.tensor(input_tokens)[None], **kwargs)
         return positions[:, 0], int(delta[0])
+
+
+@MULTIMODAL_REGISTRY.register_processor(
+    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
+)
+class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):
+    """Generation: vLLM's `lm_head`, then the transform the HF class applies after it."""
+
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        if self.pp_group.is_last_rank:
+            self.hf_head = HFLogitsHead.from_config(self.config)
+            # The HF head decides scaling and soft-capping, so vLLM's processor must not
+            self.logits_processor = LogitsProcessor(self.text_config.vocab_size)
+
+    def _get_tie_word_embeddings(self) -> bool:
+        """Tie lm_head to the input embeddings exactly when transformers does.
+
+        transformers 5 reads `tie_word_embeddings` from the generation class's own
+        config only (`PreTrainedModel.tie_weights`); vLLM's backend ties when the text
+        config says so too. A checkpoint built from Qwen3-VL-MoE's defaults has `False`
+        at the top and `True` in its text config: tied, every logit is wrong.
+        """
+        return bool(getattr(self.config, "tie_word_embeddings", False))
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        logits = self.logits_processor(self.lm_head, hidden_states, self.lm_head.bias)
+        if logits is None:
+            return None
+        return self.hf_head(logits)
 
 
 @MULTIMODAL_REGISTRY.register_processor(

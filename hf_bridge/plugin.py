@@ -3,7 +3,8 @@
 vLLM runs every `vllm.general_plugins` entry point in each of its processes (the
 engine core and the workers included) before it resolves a model class. `register`
 points the names vLLM resolves `model_impl="transformers"` to, for multimodal
-checkpoints, at hf_bridge's class, and adds hf_bridge's own name.
+checkpoints, at hf_bridge's classes (generation, and pooling: `pooling.py`), and adds
+hf_bridge's own names.
 
 A checkpoint whose config is flat (no `vision_config`) but whose processor takes media,
 such as Chameleon's, resolves to vLLM's text-only `TransformersForCausalLM`; vLLM has
@@ -27,15 +28,22 @@ from __future__ import annotations
 
 import os
 
-MODEL_CLASS = "hf_bridge.model:HFBridgeForConditionalGeneration"
-MOE_MODEL_CLASS = "hf_bridge.model:HFBridgeMoEForConditionalGeneration"
 OWN_ARCHITECTURE = "HFBridgeForConditionalGeneration"
 """Select hf_bridge explicitly: `hf_overrides={"architectures": [OWN_ARCHITECTURE]}`."""
 OWN_MOE_ARCHITECTURE = "HFBridgeMoEForConditionalGeneration"
 """hf_bridge with vLLM's fused-MoE layers for the experts (`MoEMixin`)."""
+OWN_CLASSES = {
+    OWN_ARCHITECTURE: "hf_bridge.model:HFBridgeForConditionalGeneration",
+    OWN_MOE_ARCHITECTURE: "hf_bridge.model:HFBridgeMoEForConditionalGeneration",
+    "HFBridgeEmbeddingModel": "hf_bridge.pooling:HFBridgeEmbeddingModel",
+    "HFBridgeForSequenceClassification": "hf_bridge.pooling:HFBridgeForSequenceClassification",
+}
+"""hf_bridge's architecture names, and the class each loads."""
 OVERRIDDEN_ARCHITECTURES = {
     "TransformersMultiModalForCausalLM": OWN_ARCHITECTURE,
     "TransformersMultiModalMoEForCausalLM": OWN_MOE_ARCHITECTURE,
+    "TransformersMultiModalEmbeddingModel": "HFBridgeEmbeddingModel",
+    "TransformersMultiModalForSequenceClassification": "HFBridgeForSequenceClassification",
 }
 """vLLM's multimodal Transformers-backend names, and hf_bridge's class for each."""
 TEXT_ONLY_ARCHITECTURES = {
@@ -64,10 +72,10 @@ def register() -> None:
 
     check_versions()
     for name, own in OVERRIDDEN_ARCHITECTURES.items():
-        ModelRegistry.register_model(name, MOE_MODEL_CLASS if own == OWN_MOE_ARCHITECTURE else MODEL_CLASS)
+        ModelRegistry.register_model(name, OWN_CLASSES[own])
         ModelRegistry.register_model(IN_TREE_FALLBACK.format(name), IN_TREE_CLASSES.format(name))
-    ModelRegistry.register_model(OWN_ARCHITECTURE, MODEL_CLASS)
-    ModelRegistry.register_model(OWN_MOE_ARCHITECTURE, MOE_MODEL_CLASS)
+    for own, cls in OWN_CLASSES.items():
+        ModelRegistry.register_model(own, cls)
     _route_transformers_backend(ModelRegistry)
     from .engine_lifetime import install
 
