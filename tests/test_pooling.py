@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from hf_bridge.validate import parity
+from helpers.pooling_checkpoints import REFERENCE
 
 HELPER = Path(__file__).parent / "helpers" / "pooling_checkpoints.py"
 POOLED_ATOL = 1e-4
@@ -32,7 +33,7 @@ POOLED_ATOL = 1e-4
 def pooling_checkpoint(kind: str, zoo_dir: Path, out_dir: Path) -> tuple[Path, dict[str, list[float]]]:
     done = subprocess.run([sys.executable, str(HELPER), kind, str(zoo_dir), str(out_dir)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    return out_dir, json.loads((out_dir / "pooling_reference.json").read_text())
+    return out_dir, json.loads((out_dir / REFERENCE).read_text())
 
 
 def pooled(llm, model_dir: Path, names, *, classify: bool = False) -> dict[str, np.ndarray]:

@@ -42,9 +42,7 @@ def main(kind: str, zoo_dir: Path, out_dir: Path) -> None:
     if out_dir.exists():
         shutil.rmtree(out_dir)
     model.save_pretrained(out_dir)
-    for path in zoo_dir.iterdir():  # the processor's and tokenizer's files
-        if path.is_file() and path.suffix != ".safetensors" and not path.name.startswith("hf_bridge_") and path.name not in ("config.json", "generation_config.json"):
-            shutil.copy(path, out_dir / path.name)
+    AutoProcessor.from_pretrained(zoo_dir).save_pretrained(out_dir)
 
     model = (AutoModel if kind == "embed" else AutoModelForSequenceClassification).from_pretrained(out_dir, dtype=torch.float32).eval()
     processor = AutoProcessor.from_pretrained(out_dir)
