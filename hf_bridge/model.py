@@ -28,7 +28,6 @@ from vllm.logger import init_logger
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
 from vllm.model_executor.models.transformers.causal import CausalMixin
-from vllm.model_executor.models.transformers.moe import MoEMixin
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
@@ -44,6 +43,7 @@ from .bidirectional import report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
 from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
 from .head import HFLogitsHead
+from .moe import HFBridgeMoEMixin
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import SideFeatures, configured_levels, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
@@ -62,9 +62,14 @@ from .versions import log_handling
 logger = init_logger(LOGGER_NAME)
 
 
+@MULTIMODAL_REGISTRY.register_processor(
+    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
+)
 class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     """Any HF VLM through `AutoModel`, no per-architecture code: everything but what the
-    runner puts on top (a generation head here, a pooler in `pooling.py`)."""
+    runner puts on top (a generation head here, a pooler in `pooling.py`). Every subclass
+    inherits hf_bridge's processor, registered here once (vLLM looks it up as a class
+    attribute)."""
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
@@ -279,9 +284,6 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         return positions[:, 0], int(delta[0])
 
 
-@MULTIMODAL_REGISTRY.register_processor(
-    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
-)
 class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):
     """Generation: vLLM's `lm_head`, then the transform the HF class applies after it."""
 
@@ -309,44 +311,9 @@ class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):
         return self.hf_head(logits)
 
 
-@MULTIMODAL_REGISTRY.register_processor(
-    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
-)
-class HFBridgeMoEForConditionalGeneration(MoEMixin, HFBridgeForConditionalGeneration):
-    """hf_bridge with the experts on vLLM's fused-MoE layer, composed as vLLM composes
-    its own `TransformersMultiModalMoEForCausalLM` (`MoEMixin` first)."""
-
-    def recursive_replace(self):
-        name_top_k(self.text_config)
-        # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
-        self.transposed_experts = frozenset(
-            f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
-        )
-        super().recursive_replace()
-
-    def _vllm_layout(self, weights):
-        """Experts declared `is_transposed` (Aria's grouped GEMM: experts x in x out) turned
-        to the experts x out x in that vLLM's fused-MoE loader reads. Judged by the name
-        vLLM's mapping gives (a checkpoint may keep its own names: Aria's `experts.fc1`)."""
-        prefixes = tuple(self.transposed_experts)
-        for name, tensor in weights:
-            mapped = self.hf_to_vllm_mapper.apply_list([name]) if prefixes and tensor.ndim == 3 else []
-            transposed = bool(mapped) and mapped[0].startswith(prefixes)
-            yield name, tensor.transpose(1, 2) if transposed else tensor
-
-
-TOP_K_FIELDS = ("moe_topk", "moe_k")
-"""Experts-per-token fields vLLM's `MoEMixin` does not read (it reads `num_experts_per_tok`
-and `top_k`): Aria's `moe_topk`, Ernie 4.5's `moe_k`."""
-
-
-def name_top_k(text_config) -> None:
-    """Give `num_experts_per_tok` the value a config keeps under another name (the HF model
-    is built already; only vLLM's MoE layer reads it)."""
-    if getattr(text_config, "num_experts_per_tok", None) is None and getattr(text_config, "top_k", None) is None:
-        value = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
-        if value is not None:
-            text_config.num_experts_per_tok = value
+class HFBridgeMoEForConditionalGeneration(HFBridgeMoEMixin, HFBridgeForConditionalGeneration):
+    """hf_bridge with the experts on vLLM's fused-MoE layer (`moe.py`), composed as vLLM
+    composes its own `TransformersMultiModalMoEForCausalLM`."""
 
 
 class _Opaque(torch.nn.Module):

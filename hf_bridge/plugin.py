@@ -36,6 +36,7 @@ OWN_CLASSES = {
     OWN_ARCHITECTURE: "hf_bridge.model:HFBridgeForConditionalGeneration",
     OWN_MOE_ARCHITECTURE: "hf_bridge.model:HFBridgeMoEForConditionalGeneration",
     "HFBridgeEmbeddingModel": "hf_bridge.pooling:HFBridgeEmbeddingModel",
+    "HFBridgeMoEEmbeddingModel": "hf_bridge.pooling:HFBridgeMoEEmbeddingModel",
     "HFBridgeForSequenceClassification": "hf_bridge.pooling:HFBridgeForSequenceClassification",
 }
 """hf_bridge's architecture names, and the class each loads."""
@@ -46,9 +47,18 @@ OVERRIDDEN_ARCHITECTURES = {
     "TransformersMultiModalForSequenceClassification": "HFBridgeForSequenceClassification",
 }
 """vLLM's multimodal Transformers-backend names, and hf_bridge's class for each."""
+UNSERVED_ARCHITECTURES = {
+    "TransformersMultiModalMoEEmbeddingModel": "HFBridgeMoEEmbeddingModel",
+}
+"""Names vLLM resolves an MoE VLM's embedding checkpoint to but has no class for: without
+hf_bridge it then serves its native model, `model_impl="transformers"` notwithstanding.
+(transformers 5.19 has no `...ForSequenceClassification` class for a multimodal MoE
+config, so there is no MoE classifier to serve.)"""
 TEXT_ONLY_ARCHITECTURES = {
     "TransformersForCausalLM": OWN_ARCHITECTURE,
     "TransformersMoEForCausalLM": OWN_MOE_ARCHITECTURE,
+    "TransformersEmbeddingModel": "HFBridgeEmbeddingModel",
+    "TransformersMoEEmbeddingModel": "HFBridgeMoEEmbeddingModel",
 }
 """What vLLM resolves a flat config to, and hf_bridge's class for one that takes media."""
 IN_TREE_CLASSES = "vllm.model_executor.models.transformers:{}"
@@ -99,6 +109,8 @@ def route(arch: str | None, model_config) -> str | None:
     """hf_bridge's class for what vLLM resolved, or vLLM's own where hf_bridge cannot place items."""
     if arch in OVERRIDDEN_ARCHITECTURES:
         own, in_tree = OVERRIDDEN_ARCHITECTURES[arch], IN_TREE_FALLBACK.format(arch)
+    elif arch in UNSERVED_ARCHITECTURES:
+        own, in_tree = UNSERVED_ARCHITECTURES[arch], arch
     elif arch in TEXT_ONLY_ARCHITECTURES and has_media_processor(model_config.model, model_config.revision):
         own, in_tree = TEXT_ONLY_ARCHITECTURES[arch], arch
     else:

@@ -30,25 +30,18 @@ from vllm.model_executor.models.transformers.pooling import (
     EmbeddingMixin,
     SequenceClassificationMixin,
 )
-from vllm.multimodal import MULTIMODAL_REGISTRY
 
 from .model import HFBridgeBase
-from .processing import HFBridgeDummyInputsBuilder, HFBridgeMultiModalProcessor, HFBridgeProcessingInfo
+from .moe import HFBridgeMoEMixin
 
 LAST_TOKEN = "LAST"
 
 
-@MULTIMODAL_REGISTRY.register_processor(
-    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
-)
 @default_pooling_type(seq_pooling_type=LAST_TOKEN)
 class HFBridgeEmbeddingModel(EmbeddingMixin, HFBridgeBase):
     """Embeddings pooled from the HF base model's last hidden states (vLLM's pooler)."""
 
 
-@MULTIMODAL_REGISTRY.register_processor(
-    HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
-)
 @default_pooling_type(seq_pooling_type=LAST_TOKEN)
 class HFBridgeForSequenceClassification(SequenceClassificationMixin, HFBridgeBase):
     """The HF `...ForSequenceClassification` class's own classifier on the pooled states."""
@@ -66,6 +59,10 @@ class HFBridgeForSequenceClassification(SequenceClassificationMixin, HFBridgeBas
         vLLM's in-tree class finds Gemma3's head by its name `score`, then cannot load
         `score.weight` from the checkpoint."""
         return super().load_weights((classifier_name(name), tensor) for name, tensor in weights)
+
+
+class HFBridgeMoEEmbeddingModel(HFBridgeMoEMixin, HFBridgeEmbeddingModel):
+    """Embeddings from an MoE VLM's base model, its experts on vLLM's fused-MoE layer."""
 
 
 CLASSIFIER = "classifier"

@@ -57,15 +57,26 @@ def assert_pooled_like(reference: dict[str, list[float]], got: dict[str, np.ndar
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("name", ["llava", "qwen3_vl", "gemma3"])
-def test_base_model_checkpoint_embeds_as_transformers(zoo, engines, tmp_path, name):
+@pytest.mark.parametrize(
+    ("name", "architecture"),
+    [
+        ("llava", "HFBridgeEmbeddingModel"),
+        ("qwen3_vl", "HFBridgeEmbeddingModel"),
+        ("gemma3", "HFBridgeEmbeddingModel"),
+        ("qwen3_vl_moe", "HFBridgeMoEEmbeddingModel"),
+    ],
+)
+def test_base_model_checkpoint_embeds_as_transformers(zoo, engines, tmp_path, name, architecture):
     """A VLM's base model saved as an embedding checkpoint (`LlavaModel`, `Qwen3VLModel`
-    with deepstack and M-RoPE, `Gemma3Model`): hf_bridge's embedding class, pooling the
-    last token by default, gives transformers' last hidden state there, image or not."""
+    with deepstack and M-RoPE, `Gemma3Model`, `Qwen3VLMoeModel`): hf_bridge's embedding
+    class, pooling the last token by default, gives transformers' last hidden state
+    there, image or not. vLLM has no Transformers-backend class for an MoE VLM's
+    embeddings: without hf_bridge it serves its native Qwen3-VL-MoE, which fails to load
+    the tiny checkpoint (`norm_topk_prob`)."""
     model_dir, reference = pooling_checkpoint("embed", zoo(name), tmp_path / f"{name}-embed")
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     config = llm.llm_engine.model_config
-    assert config.architecture == "HFBridgeEmbeddingModel"
+    assert config.architecture == architecture
     assert config.pooler_config.seq_pooling_type == "LAST"
     assert_pooled_like(reference, pooled(llm, model_dir, reference))
 
@@ -88,3 +99,24 @@ def test_sequence_classification_checkpoint_classifies_as_transformers(zoo, engi
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     assert llm.llm_engine.model_config.architecture == "HFBridgeForSequenceClassification"
     assert_pooled_like(reference, pooled(llm, model_dir, reference, classify=True))
+
+
+@pytest.mark.engine
+def test_flat_config_base_model_embeds_as_transformers(zoo, engines, tmp_path):
+    """`ChameleonModel`, whose config has no `vision_config`: vLLM resolves it to its
+    text-only `TransformersEmbeddingModel`, which refuses images ("Multi-modal processor
+    not available for text-only models"); its processor takes images, so hf_bridge serves
+    it. A text-only prompt lacks the separator Chameleon's processor appends, as in
+    generation (README, Not yet): given as the processor's token ids, it embeds as in
+    transformers too."""
+    from transformers import AutoProcessor
+
+    model_dir, reference = pooling_checkpoint("embed", zoo("chameleon"), tmp_path / "chameleon-embed")
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
+    assert llm.llm_engine.model_config.architecture == "HFBridgeEmbeddingModel"
+    got = pooled(llm, model_dir, ("one_image", "two_images"))
+    processor = AutoProcessor.from_pretrained(model_dir)
+    text = parity.prompt_text(processor, parity.standard_cases(64)["text_only"])
+    ids = processor(text=text, return_tensors="np")["input_ids"][0].tolist()
+    got["text_only"] = np.asarray(llm.embed([{"prompt_token_ids": ids}])[0].outputs.embedding)
+    assert_pooled_like(reference, got)

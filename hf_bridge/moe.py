@@ -1,0 +1,45 @@
+"""hf_bridge's experts on vLLM's fused-MoE layer, for every head (generation, pooling).
+
+`HFBridgeMoEMixin` is vLLM's `MoEMixin` with what HF MoE checkpoints need beyond it: an
+experts-per-token count kept under another name, and experts stored transposed.
+"""
+
+from __future__ import annotations
+
+from vllm.model_executor.models.transformers.moe import MoEMixin
+
+TOP_K_FIELDS = ("moe_topk", "moe_k")
+"""Experts-per-token fields vLLM's `MoEMixin` does not read (it reads `num_experts_per_tok`
+and `top_k`): Aria's `moe_topk`, Ernie 4.5's `moe_k`."""
+
+
+class HFBridgeMoEMixin(MoEMixin):
+    """Goes first in a class's bases, before hf_bridge's model, as vLLM puts `MoEMixin`
+    first in its own `TransformersMultiModalMoE...` classes."""
+
+    def recursive_replace(self):
+        name_top_k(self.text_config)
+        # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
+        self.transposed_experts = frozenset(
+            f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
+        )
+        super().recursive_replace()
+
+    def _vllm_layout(self, weights):
+        """Experts declared `is_transposed` (Aria's grouped GEMM: experts x in x out) turned
+        to the experts x out x in that vLLM's fused-MoE loader reads. Judged by the name
+        vLLM's mapping gives (a checkpoint may keep its own names: Aria's `experts.fc1`)."""
+        prefixes = tuple(self.transposed_experts)
+        for name, tensor in weights:
+            mapped = self.hf_to_vllm_mapper.apply_list([name]) if prefixes and tensor.ndim == 3 else []
+            transposed = bool(mapped) and mapped[0].startswith(prefixes)
+            yield name, tensor.transpose(1, 2) if transposed else tensor
+
+
+def name_top_k(text_config) -> None:
+    """Give `num_experts_per_tok` the value a config keeps under another name (the HF model
+    is built already; only vLLM's MoE layer reads it)."""
+    if getattr(text_config, "num_experts_per_tok", None) is None and getattr(text_config, "top_k", None) is None:
+        value = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
+        if value is not None:
+            text_config.num_experts_per_tok = value
