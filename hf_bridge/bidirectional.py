@@ -1,7 +1,9 @@
 """Bidirectional attention within images (Gemma3, PaliGemma): detected, flagged, reported.
 
 Some HF models let the tokens of one image attend to each other in both directions;
-their base model's forward reads `token_type_ids` to build that mask. vLLM reproduces
+their base model's forward reads `token_type_ids` to build that mask, or their text
+config says `use_bidirectional_attention="vision"` (Gemma 4, whose forward reads
+`mm_token_type_ids`, as M-RoPE models' do for positions). vLLM reproduces
 it for models it marks `is_mm_prefix_lm` (from the HF config, or a list of model types),
 with the ranges from `is_embed`, on attention backends whose `supports_mm_prefix()` is
 true (Triton, FlexAttention, FlashAttention 4). hf_bridge marks every model it detects,
@@ -19,10 +21,18 @@ from . import LOGGER_NAME
 logger = logging.getLogger(LOGGER_NAME)
 
 
+BIDIRECTIONAL_WITHIN_MEDIA = "vision"
+"""transformers' `use_bidirectional_attention` value for attention both ways within an item."""
+
+
 def uses_bidirectional_mm_attention(config) -> bool:
-    """Whether the HF base model reads `token_type_ids` in its forward."""
+    """Whether the text config says so, or the HF base model reads `token_type_ids` in its forward."""
     import transformers
     from transformers.models.auto import modeling_auto
+
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "use_bidirectional_attention", None) == BIDIRECTIONAL_WITHIN_MEDIA:
+        return True
 
     name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
     cls = getattr(transformers, name, None) if isinstance(name, str) else None

@@ -104,6 +104,16 @@ def modality_switched_off(modality: str, why: str, processor: Any) -> str:
     )
 
 
+def media_not_served_per_layer_inputs(modality: str, processor: Any) -> str:
+    return (
+        f"hf_bridge does not serve {modality} input for this model yet: its decoder adds per-layer "
+        f"embeddings looked up by token id (`per_layer_inputs`, as Gemma 4's does), and vLLM hands "
+        f"the decoder embeddings only, which transformers cannot map back to ids at {modality} "
+        f"positions. Text prompts are served; remove the {_PLURAL.get(modality, modality)} from the "
+        f"request. ({type(processor).__name__})"
+    )
+
+
 def nothing_placeable(failures: Mapping[str, str], processor: Any) -> str:
     reasons = "; ".join(f"{m}: {why}" for m, why in failures.items()) or "it has no image, video or audio processor"
     return (

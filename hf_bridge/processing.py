@@ -34,8 +34,9 @@ from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalData
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
 from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
-from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, longest_audio_seconds
+from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, frames_asked_for, longest_audio_seconds, needs_video_metadata
 from .side_features import has_side_features
+from .token_inputs import reads_per_layer_token_embeddings
 
 logger = init_logger(LOGGER_NAME)
 
@@ -109,6 +110,10 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def _get_supported_modalities(self) -> list[str]:
         """The processor's modalities, minus those hf_bridge cannot probe: each of those
         is switched off with one warning, and the others keep serving."""
+        if reads_per_layer_token_embeddings(self.get_hf_config()):
+            for modality in super()._get_supported_modalities():
+                logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
+            return []
         failures = self.probes.failures
         for modality, why in failures.items():
             logger.warning_once(errors.modality_switched_off(modality, why, self.get_hf_processor()))
@@ -134,6 +139,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if num_items and modality not in self.supported_mm_limits:
             why = self.probes.failures.get(modality)
             processor = self.get_hf_processor()
+            if reads_per_layer_token_embeddings(self.get_hf_config()):
+                raise ValueError(errors.media_not_served_per_layer_inputs(modality, processor))
             if why is not None:
                 raise ValueError(errors.modality_switched_off(modality, why, processor))
             raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, processor))
@@ -176,6 +183,14 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         # Processor counts may leave out markers; the profile must cover the whole range.
         size = self.get_image_size_with_most_features()
         return max(super().get_max_image_tokens(), self._count_from_output("image", size))
+
+    def get_num_frames_with_most_features(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
+        """vLLM's count, raised to the frames a sampling video processor asks for: it
+        refuses a video with fewer (Gemma 4's samples 32, where vLLM's count gave 16)."""
+        counted = super().get_num_frames_with_most_features(seq_len, mm_counts)
+        processor = self.probes.processor
+        asked = frames_asked_for(processor) if needs_video_metadata(processor) else None
+        return max(counted, asked or 0)
 
     def get_max_video_tokens(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
         num_frames = self.get_num_frames_with_most_features(seq_len, mm_counts)

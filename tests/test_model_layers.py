@@ -24,6 +24,10 @@ def test_bidirectional_image_attention_is_detected(zoo):
     assert uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo("gemma3")))
     for arch in ("llava", "qwen2_vl", "idefics3"):
         assert not uses_bidirectional_mm_attention(AutoConfig.from_pretrained(zoo(arch)))
+    # Gemma 4 says so in its text config; its forward reads `mm_token_type_ids`, as
+    # Qwen3-VL's does for M-RoPE, so the signature cannot tell
+    assert uses_bidirectional_mm_attention(AutoConfig.for_model("gemma4_unified"))
+    assert not uses_bidirectional_mm_attention(AutoConfig.for_model("qwen3_vl"))
 
 
 def test_logits_head_follows_the_hf_class_not_config_fields(zoo):

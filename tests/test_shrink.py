@@ -17,6 +17,38 @@ def test_derived_text_fields_follow_the_shrink():
     assert config.n_routed_experts % config.n_group == 0
 
 
+def test_heterogeneous_per_layer_sizes_follow_the_shrink():
+    """Gemma 4's full-attention layers have twice the sliding layers' head_dim, as per-layer
+    values (transformers' `per_layer_config`): the shrunk layer of each type keeps that
+    ratio, through the rebuild too; and its unset expert count stays unset (vLLM would take
+    the dense model for a mixture of experts)."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.for_model("gemma4").get_text_config()
+    shrink.shrink(text, shrink.TEXT_SIZES)
+    text = shrink.rederived(text)
+    assert text.layer_types == ["sliding_attention", "full_attention"]
+    head_dims = [layer.head_dim for layer in text.per_layer_config]
+    assert head_dims == [shrink.TEXT_SIZES["head_dim"], 2 * shrink.TEXT_SIZES["head_dim"]]
+    assert text.num_experts is None
+
+
+def test_absent_towers_get_their_default_configs():
+    """Gemma 4's default config has no vision or audio tower; its checkpoints have both."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("gemma4")
+    shrink.build_absent_towers(config)
+    assert config.vision_config is not None and config.audio_config is not None
+
+
+def test_tokens_a_processor_reads_if_present_are_named():
+    """Gemma 4's processor reads `getattr(tokenizer, "audio_token", None)` and refuses every
+    call without it."""
+    _, attributes = shrink.tokens_named_by(shrink.processor_class("gemma4"))
+    assert {"audio_token", "boa_token", "eoa_token"} <= set(attributes)
+
+
 def test_processor_settings_come_from_the_config():
     """LLaVA-style processors leave `patch_size` unset; checkpoints carry the tower's."""
     from transformers import AutoConfig

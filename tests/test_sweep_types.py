@@ -5,8 +5,10 @@ between sweeps: Cohere2-Vision (tiles with line-break markers), GLM-4V (M-RoPE w
 partial rotary, video processor), DeepSeek-VL (a processor that cannot count its
 tokens), GLM-ASR (audio; a checkpoint in its original layout, which transformers
 renames at load time), Perception LM (a timm tower; videos encoded through
-`get_image_features`) and Aria (experts stored transposed, top-k under its own
-name). Each is built from transformers' default config and processor classes alone.
+`get_image_features`), Aria (experts stored transposed, top-k under its own
+name) and Gemma 4 (per-layer head_dim; a video processor that samples 32 frames and
+refuses fewer, which the engine's video budget must ask for). Each is built from
+transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -30,6 +32,7 @@ CASES = {
     "glmasr": ["audio"],
     "perception_lm": ["video"],
     "aria": ["one_image"],
+    "gemma4": ["text_only"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3}
@@ -71,3 +74,21 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
 def modalities(processor) -> set[str]:
     subs = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
     return {m for m, attribute in subs.items() if getattr(processor, attribute, None) is not None}
+
+
+@pytest.mark.engine
+def test_media_is_refused_where_the_decoder_reads_token_ids(generic_checkpoints, engines):
+    """Gemma 4's decoder adds per-layer embeddings looked up by token id, which vLLM does not
+    hand it (`token_inputs.py`): an image request is refused before it reaches the engine,
+    which keeps serving text."""
+    from transformers import AutoProcessor
+    from vllm import SamplingParams
+
+    model_dir = generic_checkpoints["gemma4"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    cases = parity.standard_cases(64)
+    with pytest.raises(ValueError, match="Multi-modal processor not available for text-only models"):
+        llm.generate(parity.vllm_request(processor, cases["one_image"]), SamplingParams(max_tokens=2))
+    served = llm.generate(parity.vllm_request(processor, cases["text_only"]), SamplingParams(max_tokens=2))
+    assert len(served[0].outputs[0].token_ids) == 2

@@ -34,14 +34,23 @@ TEXT_SIZES = dict(
     qk_nope_head_dim=16, v_head_dim=32, n_group=1, topk_group=1,
 )
 """Text-model geometry: 64 wide, 2 layers, head_dim 32 (a size vLLM's CPU attention has)."""
+EXPERT_FIELDS = frozenset(
+    {"num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
+)
+"""Fields that a dense model leaves None (Gemma 4): the shrink keeps them so."""
 VISION_SIZES = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
     depth=2, embed_dim=32, num_heads=2, head_dim=16, width=32, layers=2, heads=2,
 )
 """Vision-tower geometry; image and patch sizes are kept (the processor depends on them)."""
+PER_LAYER_CONFIG = "per_layer_config"
+"""transformers' key for a heterogeneous config's per-layer values (not a dataclass field)."""
 TOKEN_LITERAL = re.compile(r"""["'](<\|?[A-Za-z_][\w ]*\|?>|\[[A-Z_]{2,}\])["']""")
 TOKEN_ATTRIBUTE = re.compile(r"tokenizer\.([a-z_]*token)\b")
 TOKEN_ATTRIBUTE_DEFAULT = re.compile(r"""getattr\(tokenizer,\s*["']([a-z_]*token)["'],\s*["']([^"']+)["']\)""")
+TOKEN_ATTRIBUTE_OPTIONAL = re.compile(r"""getattr\(tokenizer,\s*["']([a-z_]*token)["'],\s*None\)""")
+"""A token the processor reads if the tokenizer has it (Gemma 4's audio tokens, whose
+absence its processor refuses on every call)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,7 @@ def tokens_named_by(processor_cls) -> tuple[list[str], dict[str, str]]:
     source = inspect.getsource(inspect.getmodule(processor_cls))
     attributes = {name: f"<|{name}|>" for name in TOKEN_ATTRIBUTE.findall(source) if name not in ("pad_token", "bos_token", "eos_token", "unk_token")}
     attributes.update({name: default for name, default in TOKEN_ATTRIBUTE_DEFAULT.findall(source)})
+    attributes.update({name: f"<|{name}|>" for name in TOKEN_ATTRIBUTE_OPTIONAL.findall(source) if name not in attributes})
     literals = [t for t in TOKEN_LITERAL.findall(source) if "{" not in t]
     return list(dict.fromkeys([*attributes.values(), *literals])), attributes
 
@@ -218,20 +228,62 @@ def _output_height(image_processor: Any) -> int | None:
 
 
 def shrink(config: Any, sizes: dict) -> None:
-    """Set each field of `sizes` that `config` has; lists with one entry per layer
-    (`layer_types`, `mlp_layer_types`, ...) are cut to the new depth, keeping one layer
-    of each kind first (a hybrid model keeps its full-attention layer)."""
+    """Set each field of `sizes` that `config` has (an expert field only where it is set);
+    lists with one entry per layer (`layer_types`, `mlp_layer_types`, ...) are cut to the
+    new depth, keeping one layer of each kind first (a hybrid model keeps its
+    full-attention layer). A heterogeneous config's per-layer values follow
+    (`shrink_per_layer_config`)."""
+    per_layer = _per_layer_overrides(config)
+    old = {name: config._getattr_without_heterogeneous_validation(name) for name in per_layer_attributes(per_layer)}
+    old_layer_types = list(getattr(config, "layer_types", None) or [])
+    if per_layer is not None:
+        config.per_layer_config = None  # read and written as one global config meanwhile
     depth = getattr(config, "num_hidden_layers", None)
     for name, value in sizes.items():
+        if name in EXPERT_FIELDS and getattr(config, name, None) is None:
+            continue  # a dense model (Gemma 4's): an expert count would make vLLM take it for MoE
         if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)):
             setattr(config, name, value)
     layers = getattr(config, "num_hidden_layers", None)
-    if not (isinstance(depth, int) and isinstance(layers, int)):
-        return
-    for name, value in list(vars(config).items()):
-        if isinstance(value, list) and len(value) == depth and not name.startswith("_"):
-            kinds = list(dict.fromkeys(v for v in value if isinstance(v, (str, int, bool))))
-            setattr(config, name, (kinds + value)[:layers] if len(kinds) == len(set(map(repr, value))) else value[:layers])
+    if isinstance(depth, int) and isinstance(layers, int):
+        for name, value in list(vars(config).items()):
+            if isinstance(value, list) and len(value) == depth and not name.startswith("_"):
+                kinds = list(dict.fromkeys(v for v in value if isinstance(v, (str, int, bool))))
+                setattr(config, name, (kinds + value)[:layers] if len(kinds) == len(set(map(repr, value))) else value[:layers])
+    if per_layer:
+        config.per_layer_config = shrink_per_layer_config(
+            per_layer, old, {name: getattr(config, name) for name in old}, old_layer_types, list(getattr(config, "layer_types", None) or []), layers
+        )
+
+
+def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
+    """A heterogeneous config's per-layer overrides (transformers' `per_layer_config`), or None."""
+    spec = vars(config).get("_heterogeneity_spec")
+    return None if spec is None else {i: dict(o) for i, o in spec.per_layer_overrides.items()}
+
+
+def per_layer_attributes(per_layer: dict[int, dict[str, Any]] | None) -> set[str]:
+    return {name for overrides in (per_layer or {}).values() for name in overrides if name != "skip"}
+
+
+def shrink_per_layer_config(
+    per_layer: dict[int, dict[str, Any]], old: dict, new: dict, old_layer_types: list, new_layer_types: list, layers: int
+) -> dict[int, dict[str, Any]]:
+    """Per-layer overrides for the shrunk depth. A new layer takes the overrides of the
+    first old layer of its type (`layer_types`; by index without them), and a shrunk
+    size keeps its ratio to the global value (Gemma 4's full-attention head_dim, twice the
+    sliding layers', stays twice the new one)."""
+    result = {}
+    for index in range(layers):
+        kind = new_layer_types[index] if index < len(new_layer_types) else None
+        source = old_layer_types.index(kind) if kind in old_layer_types else index
+        overrides = {}
+        for name, value in per_layer.get(source, {}).items():
+            scaled = isinstance(value, int) and isinstance(old.get(name), int) and old[name] and new.get(name) != old[name]
+            overrides[name] = new[name] * value // old[name] if scaled else value
+        if overrides:
+            result[index] = overrides
+    return result
 
 
 def use_own_text_config(config: Any, model_type: str) -> None:
@@ -245,15 +297,28 @@ def use_own_text_config(config: Any, model_type: str) -> None:
         config.text_config = CONFIG_MAPPING[own]()
 
 
+def build_absent_towers(config: Any) -> None:
+    """Give a type whose default config has no towers (Gemma 4: `vision_config` and
+    `audio_config` are None, so its model has none) each tower's default config, as its
+    real checkpoints have them."""
+    from transformers import PreTrainedConfig
+
+    for name, cls in getattr(config, "sub_configs", {}).items():
+        # `AutoConfig` (a text model any config may fill) cannot be built without a type
+        if getattr(config, name, None) is None and isinstance(cls, type) and issubclass(cls, PreTrainedConfig):
+            setattr(config, name, cls())
+
+
 def rederived(config: Any) -> Any:
     """`config` rebuilt from its declared fields, so those it derives follow the shrink
-    (DeepSeek-V3's MLA `qk_head_dim` and rotary `head_dim`)."""
+    (DeepSeek-V3's MLA `qk_head_dim` and rotary `head_dim`); a heterogeneous config keeps
+    its shrunk per-layer values (Gemma 4's would be rebuilt from its defaults)."""
     import dataclasses
 
     if not dataclasses.is_dataclass(config):
         return config
-    declared = {f.name for f in dataclasses.fields(config)}
-    return type(config)(**{k: v for k, v in config.to_dict().items() if k in declared})
+    kept = {f.name for f in dataclasses.fields(config)} | {PER_LAYER_CONFIG}
+    return type(config)(**{k: v for k, v in config.to_dict().items() if k in kept})
 
 
 def follow_tower_widths(config: Any, widths: dict[str, int | None]) -> None:
@@ -291,6 +356,7 @@ def make_config(model_type: str):
 
         config = AutoConfig.for_model(model_type)
         use_own_text_config(config, model_type)
+        build_absent_towers(config)
         text = config.get_text_config()
         widths = {name: getattr(sub, "hidden_size", None) for name, sub in sub_configs(config).items() if sub is not text}
         for name, sub in sub_configs(config).items():
