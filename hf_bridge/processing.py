@@ -139,8 +139,6 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if num_items and modality not in self.supported_mm_limits:
             why = self.probes.failures.get(modality)
             processor = self.get_hf_processor()
-            if reads_per_layer_token_embeddings(self.get_hf_config()):
-                raise ValueError(errors.media_not_served_per_layer_inputs(modality, processor))
             if why is not None:
                 raise ValueError(errors.modality_switched_off(modality, why, processor))
             raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, processor))
