@@ -1,4 +1,4 @@
-"""Bidirectional attention within images (Gemma3, PaliGemma): detected, flagged, reported.
+"""Bidirectional attention within images (Gemma3, PaliGemma, Gemma 4): detected, flagged, reported.
 
 Some HF models let the tokens of one image attend to each other in both directions;
 their base model's forward reads `token_type_ids` to build that mask, or their text
@@ -30,8 +30,7 @@ def uses_bidirectional_mm_attention(config) -> bool:
     import transformers
     from transformers.models.auto import modeling_auto
 
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if getattr(text, "use_bidirectional_attention", None) == BIDIRECTIONAL_WITHIN_MEDIA:
+    if getattr(config.get_text_config(), "use_bidirectional_attention", None) == BIDIRECTIONAL_WITHIN_MEDIA:
         return True
 
     name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))

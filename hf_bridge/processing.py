@@ -109,7 +109,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     def _get_supported_modalities(self) -> list[str]:
         """The processor's modalities, minus those hf_bridge cannot probe: each of those
-        is switched off with one warning, and the others keep serving."""
+        is switched off with one warning, and the others keep serving. None for a decoder
+        that reads token ids beside the embeddings (`token_inputs.py`): text only."""
         if reads_per_layer_token_embeddings(self.get_hf_config()):
             for modality in super()._get_supported_modalities():
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))

@@ -18,5 +18,4 @@ PER_LAYER_INPUT_FIELD = "hidden_size_per_layer_input"
 
 
 def reads_per_layer_token_embeddings(config: Any) -> bool:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return bool(getattr(text, PER_LAYER_INPUT_FIELD, None))
+    return bool(getattr(config.get_text_config(), PER_LAYER_INPUT_FIELD, None))
