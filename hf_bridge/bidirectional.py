@@ -13,10 +13,10 @@ transformers' attention or a causal approximation.
 
 from __future__ import annotations
 
-import inspect
 import logging
 
 from . import LOGGER_NAME
+from .hf_classes import base_model_class, forward_takes
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -27,15 +27,9 @@ BIDIRECTIONAL_WITHIN_MEDIA = "vision"
 
 def uses_bidirectional_mm_attention(config) -> bool:
     """Whether the text config says so, or the HF base model reads `token_type_ids` in its forward."""
-    import transformers
-    from transformers.models.auto import modeling_auto
-
     if getattr(config.get_text_config(), "use_bidirectional_attention", None) == BIDIRECTIONAL_WITHIN_MEDIA:
         return True
-
-    name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
-    cls = getattr(transformers, name, None) if isinstance(name, str) else None
-    return cls is not None and "token_type_ids" in inspect.signature(cls.forward).parameters
+    return forward_takes(base_model_class(config), "token_type_ids")
 
 
 def mark_bidirectional(hf_config) -> bool:

@@ -106,11 +106,20 @@ def modality_switched_off(modality: str, why: str, processor: Any) -> str:
 
 def media_not_served_per_layer_inputs(modality: str, processor: Any) -> str:
     return (
-        f"hf_bridge does not serve {modality} input for this model yet: its decoder adds per-layer "
-        f"embeddings looked up by token id (`per_layer_inputs`, as Gemma 4's does), and vLLM hands "
-        f"the decoder embeddings only, which transformers cannot map back to ids at {modality} "
-        f"positions. Text prompts are served; remove the {_PLURAL.get(modality, modality)} from the "
-        f"request. ({type(processor).__name__})"
+        f"hf_bridge does not serve {modality} input for this model: its decoder adds per-layer "
+        f"embeddings looked up by token id (`hidden_size_per_layer_input`), and its HF model's "
+        f"forward takes no `per_layer_inputs` to hand them in, while vLLM hands the decoder "
+        f"embeddings only, which transformers cannot map back to ids at {modality} positions. "
+        f"Text prompts are served; remove the {_PLURAL.get(modality, modality)} from the request. "
+        f"({type(processor).__name__})"
+    )
+
+
+def per_layer_inputs_need_one_pipeline_rank(model_class: str, pipeline_size: int) -> str:
+    return (
+        f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its decoder adds, at every "
+        f"layer, embeddings computed from the token ids and input embeddings, which only the first "
+        f"pipeline rank has. Use tensor_parallel_size to spread it over devices instead."
     )
 
 

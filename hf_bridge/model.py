@@ -13,7 +13,9 @@ vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
   `lm_head` (`head.py`), not a config field the class may never read;
 - M-RoPE positions are computed from the token types the processor itself returned;
 - visual features the HF model adds inside decoder layers (Qwen3-VL's deepstack) reach
-  them (`side_features.py`).
+  them (`side_features.py`);
+- per-layer embeddings the decoder looks up by token id (Gemma 4's) are looked up where
+  vLLM still has the ids (`token_inputs.py`).
 """
 
 from __future__ import annotations
@@ -25,25 +27,29 @@ from typing import Any
 import torch
 from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
 from vllm.logger import init_logger
+from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
 from vllm.model_executor.models.transformers.causal import CausalMixin
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
+from vllm.platforms import current_platform
 from vllm.distributed.utils import get_pp_indices
 from vllm.sequence import IntermediateTensors
 
-from . import LOGGER_NAME, features, split
+from . import LOGGER_NAME, errors, features, split
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .bidirectional import report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
+from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
 from .head import HFLogitsHead
 from .moe import HFBridgeMoEMixin
+from .hf_classes import forward_takes
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import SideFeatures, configured_levels, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
@@ -57,6 +63,8 @@ from .processing import (
     HFBridgeProcessingInfo,
 )
 from .placeholders import MODALITY_OF_TYPE
+from .token_inputs import DYNAMIC_DIM as PER_LAYER_DYNAMIC_DIM
+from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, reads_per_layer_token_embeddings
 from .versions import log_handling
 
 logger = init_logger(LOGGER_NAME)
@@ -79,6 +87,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         self.side_features = None
         if text_model is not None and decoder_takes_side_features(text_model):
             self._install_side_features(text_model)
+        self.per_layer_token_inputs = None
+        if reads_per_layer_token_embeddings(self.config) and forward_takes(type(self.model), PER_LAYER_INPUTS_ARG):
+            self._install_per_layer_token_inputs(text_model, vllm_config.scheduler_config.max_num_batched_tokens)
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
@@ -102,6 +113,14 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             self.make_empty_intermediate_tensors = make_empty_intermediate_tensors
         self.side_features = SideFeatures(self.text_config.hidden_size, owned)
         self.side_features.install(text_model)
+
+    def _install_per_layer_token_inputs(self, text_model: torch.nn.Module, max_tokens: int) -> None:
+        """`token_inputs.py`; the first pipeline rank alone has the ids and input embeddings
+        they are computed from, so one rank must hold every layer."""
+        if self.pp_group.world_size > 1:
+            raise ValueError(errors.per_layer_inputs_need_one_pipeline_rank(type(self.model).__name__, self.pp_group.world_size))
+        self.per_layer_token_inputs = PerLayerTokenInputs(text_model, max_tokens)
+        self.per_layer_token_inputs.install(self.model)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
         side = self.side_features
@@ -164,7 +183,11 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         transformers' own class fails in every plain HF model of the process
         (`compile_twin.py`). Unless vLLM's in-tree backend has already decorated `cls`
         itself in this process: a twin would wrap its wrapper, and vLLM's decorator
-        leaves a class it has marked as it is."""
+        leaves a class it has marked as it is. A decoder that takes per-layer token
+        embeddings gets their token dimension marked dynamic, as vLLM marks the embeddings'."""
+        dims = kwargs.get("dynamic_arg_dims")
+        if dims is not None and forward_takes(cls, PER_LAYER_INPUTS_ARG):
+            kwargs["dynamic_arg_dims"] = {**dims, PER_LAYER_INPUTS_ARG: PER_LAYER_DYNAMIC_DIM}
         if TorchCompileWithNoGuardsWrapper not in cls.__bases__ and cls not in self._compile_twins:
             self._compile_twins[cls] = twin(cls)
         super()._decorate_cls_for_torch_compile(cls=self._compile_twins.get(cls, cls), **kwargs)
@@ -188,7 +211,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         `nn.MultiheadAttention` (SigLIP's attention-pooling head) reads its child
         `out_proj.weight` directly instead of calling the child, so swapping that child
         for a vLLM linear layer breaks it. Such modules are hidden from the replacement
-        and put back untouched; their weights load as plain parameters.
+        and put back untouched; their weights load as plain parameters. On the CPU, vLLM's
+        layers get their inputs in the layout its kernels take (`cpu_linear_inputs.py`).
         """
         hidden = list(_torch_composites(self.model))
         for parent, name, module in hidden:
@@ -198,6 +222,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         finally:
             for parent, name, module in hidden:
                 setattr(parent, name, module)
+        if current_platform.is_cpu():
+            contiguous_linear_inputs(self.model, (LinearBase,))
 
     def get_language_model(self) -> torch.nn.Module:
         """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the
@@ -254,6 +280,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         return features.encode(self.model, modality, fields, self.text_config.hidden_size, self.side_features is not None)
 
     def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
+        if self.per_layer_token_inputs is not None:
+            self.per_layer_token_inputs.record(input_ids, is_multimodal)
         if self.side_features is not None:
             multimodal_embeddings = self.side_features.split(multimodal_embeddings, is_multimodal, input_ids.shape[0])
         return super().embed_input_ids(input_ids, multimodal_embeddings, is_multimodal=is_multimodal)

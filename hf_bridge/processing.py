@@ -36,7 +36,7 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUp
 from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, frames_asked_for, longest_audio_seconds, needs_video_metadata
 from .side_features import has_side_features
-from .token_inputs import reads_per_layer_token_embeddings
+from .token_inputs import media_need_token_ids
 
 logger = init_logger(LOGGER_NAME)
 
@@ -110,8 +110,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def _get_supported_modalities(self) -> list[str]:
         """The processor's modalities, minus those hf_bridge cannot probe: each of those
         is switched off with one warning, and the others keep serving. None for a decoder
-        that reads token ids beside the embeddings (`token_inputs.py`): text only."""
-        if reads_per_layer_token_embeddings(self.get_hf_config()):
+        that reads token ids hf_bridge cannot hand it (`token_inputs.py`): text only."""
+        if media_need_token_ids(self.get_hf_config()):
             for modality in super()._get_supported_modalities():
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
             return []

@@ -23,6 +23,7 @@ import logging
 import torch
 
 from . import LOGGER_NAME
+from .step_kwargs import hand_step_kwargs
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -123,20 +124,8 @@ class SideFeatures:
         return {DECODER_MASK_ARG: mask, DECODER_FEATURES_ARG: levels}
 
     def install(self, language_model: torch.nn.Module) -> None:
-        """Hand the features to the text model on its next call (the HF model passes None).
-
-        The instance's `forward` is wrapped rather than hooked: vLLM's compile decorator
-        replaces `__call__` and calls `forward` directly, so module hooks never run.
-        """
-        forward = language_model.forward
-
-        def forward_with_side_features(*args, **kwargs):
-            embeds = kwargs.get("inputs_embeds")
-            if embeds is not None:
-                kwargs.update(self.decoder_kwargs(embeds.shape[-2]))
-            return forward(*args, **kwargs)
-
-        language_model.forward = forward_with_side_features
+        """Hand the features to the text model on its next call (the HF model passes None)."""
+        hand_step_kwargs(language_model, self.decoder_kwargs)
         if getattr(language_model, "do_not_compile", True) is False:
             # vLLM's compile decorator traces `forward` once, on a profiling step without
             # side features, and replays that graph without re-checking Python state: the

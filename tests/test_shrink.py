@@ -33,6 +33,17 @@ def test_heterogeneous_per_layer_sizes_follow_the_shrink():
     assert text.num_experts is None
 
 
+def test_tables_sized_to_the_vocabulary_shrink_with_it():
+    """Gemma 4's per-layer embedding table has a row per token (`vocab_size_per_layer_input`,
+    the full 262k by default): it follows the shrunk vocabulary, and the rebuild keeps it."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.for_model("gemma4").get_text_config()
+    shrink.shrink(text, dict(shrink.TEXT_SIZES, vocab_size=500))
+    text = shrink.rederived(text)
+    assert (text.vocab_size, text.vocab_size_per_layer_input) == (500, 500)
+
+
 def test_absent_towers_get_their_default_configs():
     """Gemma 4's default config has no vision or audio tower; its checkpoints have both."""
     from transformers import AutoConfig

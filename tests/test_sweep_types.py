@@ -7,8 +7,9 @@ tokens), GLM-ASR (audio; a checkpoint in its original layout, which transformers
 renames at load time), Perception LM (a timm tower; videos encoded through
 `get_image_features`), Aria (experts stored transposed, top-k under its own
 name) and Gemma 4 (per-layer head_dim; a video processor that samples 32 frames and
-refuses fewer, which the engine's video budget must ask for). Each is built from
-transformers' default config and processor classes alone.
+refuses fewer, which the engine's video budget must ask for; per-layer token embeddings
+carried to the decoder, `token_inputs.py`; an audio tower that feeds linears transposed
+views). Each is built from transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -16,6 +17,7 @@ in place (Cohere2's among them), and that module builds plain HF heads in-proces
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -32,7 +34,7 @@ CASES = {
     "glmasr": ["audio"],
     "perception_lm": ["video"],
     "aria": ["one_image"],
-    "gemma4": ["text_only"],
+    "gemma4": ["one_image", "text_only", "audio"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3}
@@ -41,6 +43,10 @@ non-degenerate and well-conditioned) settles on, so the test runs the checkpoint
 COVERAGE.md reports (DeepSeek-VL's seeds 0 and 1 repeat one token on one image, and
 seed 2 is unfit in another case). Others: seed 0."""
 LIMITS = {"image": 2, "video": 1, "audio": 1}
+NO_FLOAT64 = {("gemma4", "audio"): "RuntimeError: expected scalar type Float but found Double"}
+"""Cases whose rounding cannot be measured, because transformers itself fails in float64
+(Gemma 4's audio attention multiplies float64 queries by a float32 tensor): the check
+asserts exactly that failure, and parity still runs."""
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +71,11 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
     the_case = parity.standard_cases(64)[case]
     (reference,) = references(model_dir, [the_case])
     assert not parity.is_degenerate(reference.tokens), reference.tokens
-    assert_well_conditioned(model_dir, the_case, reference)
+    if (model_type, case) in NO_FLOAT64:
+        with pytest.raises(AssertionError, match=re.escape(f"rounding not measured: transformers fails in float64 ({NO_FLOAT64[model_type, case]}")):
+            assert_well_conditioned(model_dir, the_case, reference)
+    else:
+        assert_well_conditioned(model_dir, the_case, reference)
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
@@ -77,18 +87,16 @@ def modalities(processor) -> set[str]:
 
 
 @pytest.mark.engine
-def test_media_is_refused_where_the_decoder_reads_token_ids(generic_checkpoints, engines):
-    """Gemma 4's decoder adds per-layer embeddings looked up by token id, which vLLM does not
-    hand it (`token_inputs.py`): an image request is refused before it reaches the engine,
-    which keeps serving text."""
+def test_per_layer_token_inputs_in_compiled_mode(generic_checkpoints, engines):
+    """vLLM's default mode compiles Gemma 4's decoder once, with the carried per-layer
+    inputs as a graph argument whose token dimension stays dynamic: prompts of other
+    lengths, with and without an image, keep parity."""
     from transformers import AutoProcessor
-    from vllm import SamplingParams
 
     model_dir = generic_checkpoints["gemma4"]
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "audio": 1, "video": 1}, enforce_eager=False)
     cases = parity.standard_cases(64)
-    with pytest.raises(ValueError, match="Multi-modal processor not available for text-only models"):
-        llm.generate(parity.vllm_request(processor, cases["one_image"]), SamplingParams(max_tokens=2))
-    served = llm.generate(parity.vllm_request(processor, cases["text_only"]), SamplingParams(max_tokens=2))
-    assert len(served[0].outputs[0].token_ids) == 2
+    for name in ("one_image", "text_only", "two_images"):
+        (reference,) = references(model_dir, [cases[name]])
+        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name

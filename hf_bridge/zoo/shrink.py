@@ -239,11 +239,14 @@ def shrink(config: Any, sizes: dict) -> None:
     if per_layer is not None:
         config.per_layer_config = None  # read and written as one global config meanwhile
     depth = getattr(config, "num_hidden_layers", None)
+    vocabularies = vocabulary_twins(config) if "vocab_size" in sizes else []
     for name, value in sizes.items():
         if name in EXPERT_FIELDS and getattr(config, name, None) is None:
             continue  # a dense model (Gemma 4's): an expert count would make vLLM take it for MoE
         if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)):
             setattr(config, name, value)
+    for name in vocabularies:
+        setattr(config, name, config.vocab_size)
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(depth, int) and isinstance(layers, int):
         for name, value in list(vars(config).items()):
@@ -254,6 +257,17 @@ def shrink(config: Any, sizes: dict) -> None:
         config.per_layer_config = shrink_per_layer_config(
             per_layer, old, {name: getattr(config, name) for name in old}, old_layer_types, list(getattr(config, "layer_types", None) or []), layers
         )
+
+
+def vocabulary_twins(config: Any) -> list[str]:
+    """Other `vocab_size_*` fields sized to the same vocabulary (Gemma 4's per-layer
+    embedding table, `vocab_size_per_layer_input`): they shrink with it, or that table
+    keeps its full 262k rows, half a gigabyte in a tiny checkpoint."""
+    vocab_size = getattr(config, "vocab_size", None)
+    return [
+        name for name, value in vars(config).items()
+        if name.startswith("vocab_size_") and isinstance(vocab_size, int) and value == vocab_size
+    ]
 
 
 def _per_layer_overrides(config: Any) -> dict[int, dict[str, Any]] | None:
