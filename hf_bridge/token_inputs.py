@@ -25,6 +25,8 @@ PER_LAYER_INPUT_FIELD = "hidden_size_per_layer_input"
 """transformers' text-config field for per-layer token embeddings (Gemma 3n, Gemma 4)."""
 PER_LAYER_INPUTS_ARG = "per_layer_inputs"
 """The HF model's forward argument for them, `[batch, tokens, layers, hidden_size_per_layer_input]`."""
+DYNAMIC_DIM = 1
+"""Its token dimension, which vLLM's compile decorator must leave dynamic."""
 MEDIA_TOKEN_ID = "pad_token_id"
 """The text config's id whose per-layer embedding media positions get, as in transformers."""
 
@@ -73,6 +75,3 @@ class PerLayerTokenInputs:
         decoder, whose compiled graph takes them as an argument (`DYNAMIC_DIM`)."""
         hand_step_kwargs(hf_model, self.decoder_kwargs)
 
-
-DYNAMIC_DIM = 1
-"""The token dimension of `per_layer_inputs`, which vLLM's compile decorator must leave dynamic."""
