@@ -6,14 +6,19 @@ config says `use_bidirectional_attention="vision"` (Gemma 4, whose forward reads
 `mm_token_type_ids`, as M-RoPE models' do for positions). vLLM reproduces
 it for models it marks `is_mm_prefix_lm` (from the HF config, or a list of model types),
 with the ranges from `is_embed`, on attention backends whose `supports_mm_prefix()` is
-true (Triton, FlexAttention, FlashAttention 4). hf_bridge marks every model it detects,
-not only those on vLLM's list, and says at start-up whether the selected backend gives
+true (Triton, FlexAttention, FlashAttention 4; on a CPU, hf_bridge's own:
+`cpu_media_attention.py`). hf_bridge marks every model it detects, not only those on
+vLLM's list, keeps each item whole in one prefill step on a CPU (`KeepMediaItemsWhole`,
+as vLLM's GPU platforms do), and says at start-up whether the selected backend gives
 transformers' attention or a causal approximation.
 """
 
 from __future__ import annotations
 
 import logging
+
+from vllm.model_executor.models.config import VerifyAndUpdateConfig
+from vllm.platforms import current_platform
 
 from . import LOGGER_NAME
 from .hf_classes import base_model_class, forward_takes
@@ -56,3 +61,21 @@ def report_bidirectional_attention(model_config, backend) -> None:
         "Backends that give parity: Triton, FlexAttention, FlashAttention 4 (on a GPU).",
         model_type, name,
     )
+
+
+class KeepMediaItemsWhole(VerifyAndUpdateConfig):
+    """On a CPU, prefill each media item of a bidirectional model in one step, as vLLM's GPU
+    platforms force (`disable_chunked_mm_input`): a token attends only to keys already
+    computed, so an item split across steps would see part of itself. vLLM calls it for
+    hf_bridge's architectures (`plugin.py` registers it) while it builds the engine's
+    config, before the scheduler exists."""
+
+    @staticmethod
+    def verify_and_update_config(vllm_config) -> None:
+        model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
+        if not (model_config.is_mm_prefix_lm and model_config.is_multimodal_model and current_platform.is_cpu()):
+            return
+        if not scheduler_config.disable_chunked_mm_input:
+            logger.info("hf_bridge: each media item is prefilled in one step (disable_chunked_mm_input), "
+                        "so that its tokens attend to each other both ways.")
+            scheduler_config.disable_chunked_mm_input = True

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
 from vllm.logger import init_logger
+from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
@@ -198,10 +199,18 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         with built_as(self._compile_twins), super()._mark_model_components(vllm_config):
             yield
 
+    def _get_attn_cls(self):
+        """vLLM's layer class, or on a CPU, for a model attending both ways within media
+        items, the same layer on `cpu_media_attention.py`'s backend."""
+        attn_cls = super()._get_attn_cls()
+        if attn_cls is Attention and self.model_config.is_mm_prefix_lm and current_platform.is_cpu():
+            from .cpu_media_attention import CPUMediaAttention
+
+            return CPUMediaAttention
+        return attn_cls
+
     def _attention_backend(self):
         """The attention backend vLLM selected for the text model's layers."""
-        from vllm.model_executor.layers.attention import Attention
-
         layer = next((m for m in self.modules() if isinstance(m, Attention)), None)
         return layer.get_attn_backend() if layer is not None else None
 

@@ -87,6 +87,7 @@ def register() -> None:
     for own, cls in OWN_CLASSES.items():
         ModelRegistry.register_model(own, cls)
     _route_transformers_backend(ModelRegistry)
+    _register_config_updates()
     from .engine_lifetime import install
 
     install()
@@ -103,6 +104,16 @@ def _route_transformers_backend(registry) -> None:
 
     resolve_transformers.hf_bridge = True  # type: ignore[attr-defined]
     registry._try_resolve_transformers = resolve_transformers
+
+
+def _register_config_updates() -> None:
+    """vLLM's per-architecture config hook, for hf_bridge's names (`KeepMediaItemsWhole`)."""
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    from .bidirectional import KeepMediaItemsWhole
+
+    for own in OWN_CLASSES:
+        MODELS_CONFIG_MAP.setdefault(own, KeepMediaItemsWhole)
 
 
 def route(arch: str | None, model_config) -> str | None:

@@ -65,10 +65,8 @@ SETTINGS = [
     Setting("llava_onevision-anyres-max-1", "llava_onevision", "anyres_max_1: features pooled down to one tile's worth",
             processor={"vision_aspect_ratio": "anyres_max_1"}, config={"vision_aspect_ratio": "anyres_max_1"}),
     Setting("gemma3-pan-and-scan", "gemma3", "pan and scan, per request: an image and its crops, text between them in one item",
-            per_request=PAN_AND_SCAN, stages=("processing", "encoder")),
+            per_request=PAN_AND_SCAN),
 ]
-"""Gemma3's decoding is left out: its image attention is bidirectional, which vLLM's CPU
-attention cannot do (README, Not yet)."""
 
 
 IMPLS = ("hf_bridge", "intree")

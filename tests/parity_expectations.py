@@ -40,14 +40,10 @@ class Expected:
     holds: Callable
 
 
-BIDIRECTIONAL = (
-    "vLLM's CPU attention has no bidirectional image mask: the model attends "
-    "bidirectionally within each image (its forward reads token_type_ids), so hidden "
-    "states at image positions, and prompt log-probs from there on, differ"
-)
 BIDIRECTIONAL_PREFIX = (
-    "vLLM's attention is causal: PaliGemma attends bidirectionally over its whole prefix "
-    "(images and prompt, from token_type_ids), so every prompt position's hidden state differs"
+    "vLLM attends both ways only within each image: PaliGemma attends bidirectionally over "
+    "its whole prefix (images and prompt text, from token_type_ids), so the prompt's hidden "
+    "states after the images differ"
 )
 TEXT_ONLY_PROMPTS_SKIP_PROCESSOR = (
     "vLLM hands a text-only prompt to the model without running the multimodal processor, "
@@ -61,8 +57,6 @@ NA: dict[tuple[str, str], str] = {
 """(arch, case) -> regex of transformers' own error."""
 
 XFAIL: dict[tuple[str, str], Expected] = {
-    ("gemma3", "one_image"): Expected(BIDIRECTIONAL, OutputsDiffer, same_prompt),
-    ("gemma3", "two_images"): Expected(BIDIRECTIONAL, OutputsDiffer, same_prompt),
     ("paligemma", "one_image"): Expected(BIDIRECTIONAL_PREFIX, OutputsDiffer, same_prompt),
     ("paligemma", "two_images"): Expected(BIDIRECTIONAL_PREFIX, OutputsDiffer, same_prompt),
     ("chameleon", "text_only"): Expected(TEXT_ONLY_PROMPTS_SKIP_PROCESSOR, PromptIdsDiffer, missing_trailing_token),

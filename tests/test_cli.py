@@ -15,8 +15,8 @@ def test_help_names_the_architectures_whose_parity_fails_on_a_cpu(capsys):
     with pytest.raises(SystemExit):
         cli.main(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for arch in ("gemma3", "paligemma"):
-        assert f"{arch}: it attends bidirectionally" in text
+    assert "paligemma: it attends bidirectionally over its whole prefix" in text
+    assert "gemma3:" not in text  # within each image: hf_bridge's CPU attention gives it
     assert "--model MODEL" in text
 
 

@@ -137,14 +137,20 @@ def test_own_architecture_name_and_startup_line(zoo, engines, hf_bridge_log):
 
 @pytest.mark.engine
 def test_bidirectional_attention_is_reported_with_the_selected_backend(zoo, engines, hf_bridge_log):
-    """Gemma3 is served with `is_mm_prefix_lm`; vLLM's CPU backend is causal only, so the
-    start-up warning names it and the backends that would give parity."""
+    """Gemma3 is served with `is_mm_prefix_lm`; vLLM's CPU backend is causal only, so its
+    layers run on hf_bridge's (`cpu_media_attention.py`), and the start-up line says so."""
+    from hf_bridge.bidirectional import report_bidirectional_attention
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
     llm = engines.get(zoo("gemma3"), limit_mm_per_prompt={"image": 2})
     assert llm.llm_engine.vllm_config.model_config.is_mm_prefix_lm
     lines = [r.getMessage() for r in hf_bridge_log.records if "attends bidirectionally" in r.getMessage()]
-    assert len(lines) == 1, lines
-    assert "the selected attention backend (CPUAttentionBackend) is causal only" in lines[0]
-    assert "Triton, FlexAttention, FlashAttention 4" in lines[0]
+    assert lines == ["hf_bridge: gemma3 attends bidirectionally within each image; CPUMediaAttentionBackend does so too."]
+    hf_bridge_log.clear()
+    report_bidirectional_attention(llm.llm_engine.vllm_config.model_config, CPUAttentionBackend)
+    (causal,) = [r.getMessage() for r in hf_bridge_log.records]
+    assert "the selected attention backend (CPUAttentionBackend) is causal only" in causal
+    assert "Triton, FlexAttention, FlashAttention 4" in causal
 
 
 def test_startup_line_reaches_the_console_of_a_plain_llm(zoo):

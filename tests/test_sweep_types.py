@@ -9,7 +9,8 @@ renames at load time), Perception LM (a timm tower; videos encoded through
 name) and Gemma 4 (per-layer head_dim; a video processor that samples 32 frames and
 refuses fewer, which the engine's video budget must ask for; per-layer token embeddings
 carried to the decoder, `token_inputs.py`; an audio tower that feeds linears transposed
-views). Each is built from transformers' default config and processor classes alone.
+views) and Gemma 4 Unified (image tokens attending both ways, said only by its text
+config, on the CPU through `cpu_media_attention.py`). Each is built from transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -35,6 +36,7 @@ CASES = {
     "perception_lm": ["video"],
     "aria": ["one_image"],
     "gemma4": ["one_image", "text_only", "audio"],
+    "gemma4_unified": ["two_images"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3}

@@ -515,7 +515,6 @@ _register(
         make_processor=_gemma3_processor,
         special_tokens=["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
         tokenizer_attributes={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
-        cpu_parity_gap="it attends bidirectionally within each image, and vLLM's CPU attention has no such mask",
     )
 )
 _register(
@@ -719,7 +718,7 @@ _register(
         tokenizer_attributes={"image_token": "<image>"},
         add_bos=False,
         notes="Its processor puts BOS after the last image and a newline at the end of the prompt.",
-        cpu_parity_gap="it attends bidirectionally over its whole prefix, and vLLM's CPU attention is causal",
+        cpu_parity_gap="it attends bidirectionally over its whole prefix, prompt text included, and vLLM only within each image",
     )
 )
 
