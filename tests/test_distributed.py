@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from hf_bridge.server import free_port
 from hf_bridge.validate import parity
 from helpers.scenarios import run_scenario
 
@@ -32,12 +34,20 @@ def test_tensor_parallel_2_matches_a_single_worker(zoo, engines, monkeypatch):
         assert worst <= parity.ATOL, worst
 
 
-def _pipeline_parallel(model_dir, side: int, cases: str) -> dict[str, list[str]]:
-    helper = Path(__file__).parent / "helpers" / "pipeline_parallel.py"
-    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def _process_env(cpus: str) -> dict[str, str]:
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", cpus))
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # pipeline stages are processes of their own
-    done = subprocess.run([sys.executable, str(helper), str(model_dir), str(side), cases],
-                          capture_output=True, text=True, timeout=900, env=env)
+    return env
+
+
+def _pipeline_parallel(model_dir, side: int, cases: str, engine_kwargs: dict | None = None,
+                       cpus: str = "0|1") -> dict[str, list[str]]:
+    extra = [json.dumps(engine_kwargs)] if engine_kwargs else []
+    done = subprocess.run([sys.executable, str(HELPERS / "pipeline_parallel.py"), str(model_dir), str(side), cases, *extra],
+                          capture_output=True, text=True, timeout=900, env=_process_env(cpus))
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("CASE ")]
     return {line["case"]: line["problems"] for line in lines}
@@ -58,3 +68,29 @@ def test_pipeline_parallel_2_carries_side_features_to_the_later_rank(zoo):
     assert _pipeline_parallel(zoo("qwen3_vl"), 64, "text_only,one_image,two_images,video") == {
         "text_only": [], "one_image": [], "two_images": [], "video": []
     }
+
+
+@pytest.mark.slow
+def test_pipeline_parallel_2_across_two_nodes_reaches_parity(zoo, tmp_path):
+    """vLLM's own multi-node launch (multiprocess backend, `--nnodes 2`): the head node here,
+    a headless second node in a process of its own, joined over TCP as two machines would be,
+    one core each. The plugin registers on the second node as on the head."""
+    model_dir = zoo("llava")
+    port = free_port()
+    # both nodes build the same engine config; the head is an offline `LLM`, the node a
+    # server launch, whose default step budget differs
+    node_args = ["--model-impl", "transformers", "--dtype", "float32", "--max-model-len", "2048", "--seed", "0",
+                 "--pipeline-parallel-size", "2", "--distributed-executor-backend", "mp",
+                 "--limit-mm-per-prompt", '{"image": 2, "video": 1}', "--max-num-batched-tokens", "4096"]
+    node_log = tmp_path / "second_node.log"
+    with node_log.open("w") as log:
+        node = subprocess.Popen([sys.executable, str(HELPERS / "headless_node.py"), str(model_dir), str(port), *node_args],
+                                stdout=log, stderr=subprocess.STDOUT, env=_process_env("1"), start_new_session=True)
+    try:
+        problems = _pipeline_parallel(model_dir, 64, "one_image,text_only", cpus="0", engine_kwargs={
+            "nnodes": 2, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port, "max_num_batched_tokens": 4096})
+    finally:
+        os.killpg(node.pid, signal.SIGKILL)  # a headless node outlives its head
+        node.wait()
+    assert problems == {"one_image": [], "text_only": []}, f"second node's log: {node_log}"
+    assert "handles LlavaForConditionalGeneration" in node_log.read_text(), f"second node's log: {node_log}"
