@@ -45,6 +45,12 @@ def mark_bidirectional(hf_config) -> bool:
     return bool(getattr(hf_config, "is_mm_prefix_lm", False))
 
 
+def attends_within_media_on_cpu(model_config) -> bool:
+    """Whether hf_bridge's CPU path for such attention applies: a model vLLM marks
+    `is_mm_prefix_lm`, on a CPU (`cpu_media_attention.py`, `KeepMediaItemsWhole`)."""
+    return bool(model_config.is_mm_prefix_lm) and current_platform.is_cpu()
+
+
 def report_bidirectional_attention(model_config, backend) -> None:
     """One line at start-up: transformers' attention, or a causal approximation."""
     if not model_config.is_mm_prefix_lm:
@@ -73,7 +79,7 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
     @staticmethod
     def verify_and_update_config(vllm_config) -> None:
         model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
-        if not (model_config.is_mm_prefix_lm and model_config.is_multimodal_model and current_platform.is_cpu()):
+        if not (model_config.is_multimodal_model and attends_within_media_on_cpu(model_config)):
             return
         if not scheduler_config.disable_chunked_mm_input:
             logger.info("hf_bridge: each media item is prefilled in one step (disable_chunked_mm_input), "

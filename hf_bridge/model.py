@@ -44,7 +44,7 @@ from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
-from .bidirectional import report_bidirectional_attention
+from .bidirectional import attends_within_media_on_cpu, report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
@@ -203,7 +203,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         """vLLM's layer class, or on a CPU, for a model attending both ways within media
         items, the same layer on `cpu_media_attention.py`'s backend."""
         attn_cls = super()._get_attn_cls()
-        if attn_cls is Attention and self.model_config.is_mm_prefix_lm and current_platform.is_cpu():
+        if attn_cls is Attention and attends_within_media_on_cpu(self.model_config):
             from .cpu_media_attention import CPUMediaAttention
 
             return CPUMediaAttention
