@@ -84,8 +84,11 @@ def test_pipeline_parallel_2_across_two_nodes_reaches_parity(zoo, tmp_path):
                  "--limit-mm-per-prompt", '{"image": 2, "video": 1}', "--max-num-batched-tokens", "4096"]
     node_log = tmp_path / "second_node.log"
     with node_log.open("w") as log:
+        # INFO for the start-up line checked below: in-process engines of earlier tests set
+        # this process's VLLM_LOGGING_LEVEL to WARNING (`validate.engine`), and the node inherits it
         node = subprocess.Popen([sys.executable, str(HELPERS / "headless_node.py"), str(model_dir), str(port), *node_args],
-                                stdout=log, stderr=subprocess.STDOUT, env=_process_env("1"), start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, env=dict(_process_env("1"), VLLM_LOGGING_LEVEL="INFO"),
+                                start_new_session=True)
     try:
         problems = _pipeline_parallel(model_dir, 64, "one_image,text_only", cpus="0", engine_kwargs={
             "nnodes": 2, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port, "max_num_batched_tokens": 4096})
