@@ -77,21 +77,19 @@ def test_pipeline_parallel_2_across_two_nodes_reaches_parity(zoo, tmp_path):
     one core each. The plugin registers on the second node as on the head."""
     model_dir = zoo("llava")
     port = free_port()
-    # both nodes build the same engine config; the head is an offline `LLM`, the node a
-    # server launch, whose default step budget differs
-    node_args = ["--model-impl", "transformers", "--dtype", "float32", "--max-model-len", "2048", "--seed", "0",
-                 "--pipeline-parallel-size", "2", "--distributed-executor-backend", "mp",
-                 "--limit-mm-per-prompt", '{"image": 2, "video": 1}', "--max-num-batched-tokens", "4096"]
+    # both nodes build the same engine config (`pipeline_parallel.ENGINE_KWARGS`); the head is
+    # an offline `LLM`, the node a server launch, whose default step budget differs
+    both = {"max_num_batched_tokens": 4096}
     node_log = tmp_path / "second_node.log"
     with node_log.open("w") as log:
         # INFO for the start-up line checked below: in-process engines of earlier tests set
         # this process's VLLM_LOGGING_LEVEL to WARNING (`validate.engine`), and the node inherits it
-        node = subprocess.Popen([sys.executable, str(HELPERS / "headless_node.py"), str(model_dir), str(port), *node_args],
+        node = subprocess.Popen([sys.executable, str(HELPERS / "headless_node.py"), str(model_dir), str(port), json.dumps(both)],
                                 stdout=log, stderr=subprocess.STDOUT, env=dict(_process_env("1"), VLLM_LOGGING_LEVEL="INFO"),
                                 start_new_session=True)
     try:
         problems = _pipeline_parallel(model_dir, 64, "one_image,text_only", cpus="0", engine_kwargs={
-            "nnodes": 2, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port, "max_num_batched_tokens": 4096})
+            **both, "nnodes": 2, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port})
     finally:
         os.killpg(node.pid, signal.SIGKILL)  # a headless node outlives its head
         node.wait()
