@@ -29,6 +29,16 @@ def test_gpu_encoder_graph_script_dry_pass_on_cpu():
     assert "capture refused: Tensor.to('cpu') copies a tensor to the host" in chameleon
 
 
+def test_capture_rules_script_dry_pass_on_cpu():
+    """The stand-in's verdict on every case beside the H100's recorded one: none it lets through."""
+    done = subprocess.run([sys.executable, str(BENCH / "capture_rules_gpu.py"), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "stand-in refuses every case CUDA refuses: True" in done.stdout
+    rows = [line.split()[:3] for line in done.stdout.splitlines()[2:] if line.split()[1:2] in (["refused"], ["captured"])]
+    assert len(rows) == 45 and sum(cuda == "refused" for _, cuda, _ in rows) == 28
+
+
 def test_processor_cache_benchmark_runs():
     """bench/processor_cache.py's table, one repeat on the tiny Qwen2-VL at the zoo's and
     at transformers' default sizes, both backends, each with a served (JPEG bytes), a PIL

@@ -13,7 +13,10 @@ per-tile attention), so not even float reassociation differs.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,7 @@ from hf_bridge.encoder_graphs.tiles import Ineligible, ProbedItem, TileLayout, b
 from hf_bridge.validate import parity
 
 F = True
+BENCH = Path(__file__).parent.parent / "bench"
 
 
 # -- pure: eligibility and budgets ------------------------------------------------------------
@@ -78,97 +82,32 @@ def test_frozen_graph_replays_on_current_buffer_contents_and_freezes_python():
     assert not torch.equal(static_out, forward(new))  # eager takes the other one
 
 
-class HostRead(torch.nn.Module):
-    def forward(self, x):
-        return x * x.abs().max().item()
+def _capture_rules():
+    """`bench/capture_rules_gpu.py`: small forwards with torch.cuda.graph's verdicts, measured on an H100."""
+    spec = importlib.util.spec_from_file_location("capture_rules_gpu", BENCH / "capture_rules_gpu.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
 
 
-class TensorAsPythonBool(torch.nn.Module):
-    def forward(self, x):
-        return x if x.sum() > 0 else -x
+RULES = _capture_rules()
 
 
-class HostList(torch.nn.Module):
-    def forward(self, x):
-        return x[:, : len([v for v in x[0].tolist() if v > 0]) + 1]
+@pytest.mark.parametrize("name", list(RULES.CASES))
+def test_frozen_graph_gives_cuda_captures_verdict(name):
+    """Each case as an H100 judged it: refused for its own cause, or captured and replayed
+    on fresh input equal to eager. The stand-in may be stricter than CUDA (STRICTER), never looser."""
+    case, got = RULES.CASES[name], RULES.verdict(name, "cpu")
+    if case.stand_in is None:
+        assert case.cuda == RULES.CAPTURED
+        assert got == {"verdict": RULES.CAPTURED, "replay": "equal to eager"}
+    else:
+        assert case.cuda == RULES.REFUSED or name in RULES.STRICTER
+        assert got["verdict"] == RULES.REFUSED and got["why"].startswith(f"CaptureRefused: {case.stand_in}"), got
 
 
-class HostCopy(torch.nn.Module):
-    """Chameleon's VQ-to-BPE lookup: a host table indexed by codes copied to the CPU."""
-
-    def __init__(self):
-        super().__init__()
-        self.table = torch.arange(16)
-
-    def forward(self, x):
-        codes = x.argmax(-1)
-        return self.table[codes.to("cpu")]
-
-
-class HostCopyByMethod(torch.nn.Module):
-    def forward(self, x):
-        return x.cpu() + 1
-
-
-class NonzeroShape(torch.nn.Module):
-    def forward(self, x):
-        return x[torch.nonzero(x > 0, as_tuple=True)]
-
-
-class BooleanMask(torch.nn.Module):
-    def forward(self, x):
-        return x[x > 0]
-
-
-class HostTensorFromData(torch.nn.Module):
-    def forward(self, x):
-        return x + torch.tensor([1.0, 2.0, 3.0, 4.0])
-
-
-class FactoryWithoutDevice(torch.nn.Module):
-    def forward(self, x):
-        return x + torch.arange(4)
-
-
-class CaptureSafe(torch.nn.Module):
-    def forward(self, x):
-        positions = torch.arange(x.shape[-1], device=x.device)
-        return torch.where(x > 0, x, 0.0) + positions.to(x.device) + x[:, 1:].sum()
-
-
-@pytest.mark.parametrize(
-    "module,refusal",
-    [
-        (HostRead(), "Tensor.item() reads a tensor on the host"),
-        (TensorAsPythonBool(), "Tensor.__bool__() reads a tensor on the host"),
-        (HostList(), "Tensor.tolist() reads a tensor on the host"),
-        (HostCopy(), "Tensor.to('cpu') copies a tensor to the host"),
-        (HostCopyByMethod(), "Tensor.cpu() copies a tensor to the host"),
-        (NonzeroShape(), "nonzero gives an output whose shape depends on tensor values"),
-        (BooleanMask(), "boolean-mask indexing gives an output whose shape depends on tensor values"),
-        (HostTensorFromData(), "tensor makes a tensor from host data inside the capture"),
-        (FactoryWithoutDevice(), "torch.arange without a device makes a host tensor inside the capture"),
-    ],
-    ids=lambda v: type(v).__name__ if isinstance(v, torch.nn.Module) else "",
-)
-def test_frozen_graph_refuses_what_cuda_capture_refuses(module, refusal):
-    from hf_bridge.encoder_graphs.frozen import CaptureRefused
-
-    x = torch.randn(2, 4)
-    module(x)  # eager runs it
-    with pytest.raises(CaptureRefused, match=re.escape(refusal)):
-        with frozen_graph(FrozenGraph()):
-            module(x)
-
-
-def test_frozen_graph_records_capture_safe_code():
-    x, out, graph = torch.randn(2, 4), torch.empty(2, 4), FrozenGraph()
-    with frozen_graph(graph):
-        out.copy_(CaptureSafe()(x))
-    expected = CaptureSafe()(x)
-    out.zero_()
-    graph.replay()
-    assert torch.equal(out, expected)
+def test_the_stand_in_is_stricter_than_cuda_on_two_cases_only():
+    assert RULES.STRICTER == {"host_scalar_tensor_operand", "one_hot_with_classes"}
 
 
 # -- eligibility of zoo towers, from their real processors -----------------------------------------

@@ -17,7 +17,13 @@ While recording it refuses what CUDA graph capture refuses (`CaptureRefused`): r
 a tensor's value on the host (`.item()`, `.tolist()`, `bool(t)`, ...), copies to the
 host (`.cpu()`, `.to("cpu")`), operators whose output shape depends on tensor values
 (`nonzero`, boolean-mask indexing, `masked_select`, `unique`), and host tensors made
-inside the block (`torch.tensor(...)`, factories without a `device`). On the CPU the
+inside the block (`torch.tensor(...)`, factories without a `device`), checked at the
+Python call (`capture_refusal`); then, at each aten operator, what operators do inside
+their kernels (`operator_refusal`): host reads (`int(t)`, a tensor as a slice bound,
+`torch.allclose`), torch's `dynamic_output_shape` operators (`bincount`,
+`repeat_interleave` without `output_size`), boolean-mask or Python-number assignment
+through an index. Each rule was measured against `torch.cuda.graph` on an H100
+(`bench/capture_rules_gpu.py`). On the CPU the
 host plays the device, so a `torch.device` argument is taken as the graph's device and
 only naming the host (`"cpu"`, `.cpu()`) counts as copying to it.
 
@@ -78,6 +84,53 @@ def capture_refusal(func, args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+HOST_VALUE_OPS = frozenset({"_local_scalar_dense", "item", "equal", "allclose", "is_nonzero"})
+"""aten operators whose result is a Python value computed from tensor data: a host read
+wherever it happens (`int(t)`, a tensor as a slice bound, `torch.allclose`, ...)."""
+SIZED_BY_ARGUMENT = {"repeat_interleave": "output_size"}
+"""Operators tagged `dynamic_output_shape` whose output size a given argument fixes."""
+
+
+def operator_refusal(func, args: tuple, kwargs: dict, from_host) -> str | None:
+    """Why CUDA graph capture would refuse the aten operator `func(*args, **kwargs)`, or
+    None: the host reads and data-dependent shapes that operators do inside their own
+    kernels, which `capture_refusal` cannot see at the Python call. `from_host(t)`: whether
+    tensor `t` was made in the block from host data (a Python number)."""
+    name = func.__name__.split(".")[0]
+    if name in HOST_VALUE_OPS:
+        return f"aten.{name} reads a tensor on the host"
+    if name == "_linalg_check_errors":
+        return "a linear-algebra operator checks its error codes on the host"
+    if name == "histc" and _argument(func, args, kwargs, "min") == _argument(func, args, kwargs, "max"):
+        return "torch.histc without a range reads the data's range on the host"
+    if name.startswith("index_put"):
+        indices = tuple(i for i in _argument(func, args, kwargs, "indices") if i is not None)
+        values = _argument(func, args, kwargs, "values")
+        if _has_bool_index(indices):
+            if len(indices) == 1 and from_host(values) and not _argument(func, args, kwargs, "accumulate"):
+                return None  # one mask and a Python number: torch fills through the mask (masked_fill)
+            return "boolean-mask assignment gives a shape that depends on tensor values"
+        if from_host(values):
+            return "assignment through an index copies its Python value from the host"
+    if torch.Tag.dynamic_output_shape in getattr(func, "tags", ()):
+        sized_by = SIZED_BY_ARGUMENT.get(name)
+        if sized_by is not None and _argument(func, args, kwargs, sized_by) is not None:
+            return None
+        if name == "index" and not _has_bool_index(tuple(_argument(func, args, kwargs, "indices"))):
+            return None  # integer indices: the output takes their shape
+        return f"aten.{name} gives an output whose shape depends on tensor values"
+    return None
+
+
+def _argument(func, args: tuple, kwargs: dict, name: str):
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.name == name:
+            if name in kwargs:
+                return kwargs[name]
+            return args[position] if position < len(args) else argument.default_value
+    raise KeyError(f"{func} has no argument {name!r}")
+
+
 def _called_from_vllm_cpu_kernel() -> bool:
     """vLLM's CPU kernels allocate their outputs without a device (the CPU is the default);
     on a GPU those kernels do not run. Model code is what the rule is for."""
@@ -96,7 +149,7 @@ def _names_host(value) -> bool:
 
 def _has_bool_index(index) -> bool:
     indices = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
 
 
 def _package_dir(name: str) -> str:
@@ -185,6 +238,9 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        problem = operator_refusal(func, args, kwargs, self._from_host)
+        if problem is not None:
+            raise CaptureRefused(f"{problem}, which CUDA graph capture refuses")
         out = func(*args, **kwargs)
         index = len(self.graph.ops)
 
@@ -196,6 +252,10 @@ class _Recorder(TorchDispatchMode):
         self.graph.ops.append((func, tree_map(reference, args), tree_map(reference, kwargs)))
         self._remember(out, index, ())
         return out
+
+    def _from_host(self, value) -> bool:
+        made = self.made.get(id(value)) if isinstance(value, torch.Tensor) else None
+        return made is not None and self.graph.ops[made.op][0] is torch.ops.aten.lift_fresh.default
 
     def _remember(self, value, index: int, path: tuple[int, ...]) -> None:
         if isinstance(value, torch.Tensor):
