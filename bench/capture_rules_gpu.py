@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent))
+from encoder_graphs_gpu import graph_api, warm_up  # noqa: E402  (capture as the tower check captures)
 
 REFUSED, CAPTURED = "refused", "captured"
 
@@ -151,18 +153,9 @@ def verdict(name: str, device: str) -> dict:
     forward = CASES[name].forward
     inputs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(seed)).to(device) for seed in (0, 1)]
     static = inputs[0].clone()
-    if device == "cuda":
-        graph_cls, graph_ctx = torch.cuda.CUDAGraph, torch.cuda.graph
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            forward(static)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-    else:
-        from hf_bridge.encoder_graphs.frozen import FrozenGraph, frozen_graph
-
-        graph_cls, graph_ctx = FrozenGraph, frozen_graph
+    graph_cls, graph_ctx, _, sync = graph_api(device)
+    warm_up(lambda: forward(static), device)
+    sync()
     out = torch.empty_like(forward(static))
     graph = graph_cls()
     try:

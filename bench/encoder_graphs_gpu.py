@@ -116,6 +116,18 @@ def graph_api(device: str):
     return FrozenGraph, frozen_graph, CaptureRefused, lambda: None
 
 
+def warm_up(fn: Callable[[], Any], device: str) -> None:
+    """On CUDA, run `fn` once on a side stream, as graph capture requires; the frozen
+    graph needs no warm-up."""
+    if device != "cuda":
+        return
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+
+
 def build(tower: Tower, device: str, dtype: torch.dtype, tiny: bool):
     from transformers import AutoModelForImageTextToText
 
@@ -135,12 +147,7 @@ def check_tower(tower: Tower, device: str, dtype: torch.dtype, tiles: list[int],
     for count in tiles:
         static = torch.zeros((count, *tower.tile), device=device, dtype=dtype)
         with torch.inference_mode():
-            if device == "cuda":  # warm up on a side stream, as CUDA graph capture requires
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    encode(static)
-                torch.cuda.current_stream().wait_stream(stream)
+            warm_up(lambda: encode(static), device)
             out = torch.empty_like(encode(static))
             graph = graph_cls()
             try:
