@@ -22,17 +22,22 @@ def demo(args: argparse.Namespace) -> int:
     if not args.multiprocess:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+    from .validate.checkpoint import remote_code_trusted
+
+    with remote_code_trusted(args.trust_remote_code):
+        return _demo(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
     from .validate import parity
     from .validate.cases import cases_of
+    from .validate.checkpoint import load_processor
     from .validate.engine import make_llm
     from .validate.reference import NotApplicable, references
 
     model_dir, side, gap = _demo_checkpoint(args)
     case = parity.Case("demo", side, num_images=args.images, text=args.prompt)
-
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(model_dir)
+    processor = load_processor(model_dir)
     with progress("Starting vLLM engine (model_impl='transformers', served by hf_bridge)"):
         takes_images = "one_image" in cases_of(model_dir)
         llm = make_llm(model_dir, limit_mm_per_prompt={"image": max(args.images, 1)} if takes_images else {})
@@ -74,11 +79,12 @@ def _demo_checkpoint(args: argparse.Namespace):
     """(checkpoint directory, test image side, why parity cannot hold on a CPU) for the
     user's own `--model`, else the zoo's `--arch` (built once, then reused)."""
     from .validate.cases import IMAGE_SIDE, cases_of
-    from .validate.checkpoint import checkpoint_dir
+    from .validate.checkpoint import checkpoint_dir, refuse_untrusted_code
     from .zoo import SPECS, build, cached, default_cache_dir
 
     if args.model:
         model_dir = checkpoint_dir(args.model, "hf-bridge demo")
+        refuse_untrusted_code(model_dir, "hf-bridge demo")
         if args.images and "one_image" not in cases_of(model_dir):
             raise SystemExit(f"hf-bridge demo: {model_dir} has no image processor; run it with --images 0")
         return model_dir, IMAGE_SIDE, ""
@@ -116,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", help="serve your own checkpoint (a directory, or a hub id where the hub is reachable) instead of a tiny zoo model")
     d.add_argument("--prompt", default="Describe the image.", help="the user's text, after the images")
     d.add_argument("--images", type=int, choices=[0, 1, 2], default=1, help="number of (generated) test images")
+    d.add_argument("--trust-remote-code", action="store_true", help="run your --model's own Python code (its `auto_map`), as transformers' and vLLM's flags of that name do; read it first")
     d.add_argument("--multiprocess", action="store_true", help="run vLLM's engine core in its own process (vLLM's default; slower to start)")
     d.add_argument("--verbose", action="store_true", help="show vLLM's and transformers' logs")
     d.set_defaults(func=demo)

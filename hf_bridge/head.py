@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
+from .hf_classes import remote_generation_class
+
 
 class _AnyOutput(BaseModelOutputWithPast):
     """A base-model output on which every field but the hidden state reads as `None`
@@ -100,12 +102,16 @@ def multimodal_generation_class(model_type: str | None):
 def generation_class(config):
     """The HF class a transformers user generates with for `config`.
 
-    Looked up by model type (the auto mappings), not by `config.architectures`, which
-    `hf_overrides` may have pointed at hf_bridge's own name.
+    The checkpoint's own (remote code), else looked up by model type (the auto mappings),
+    not by `config.architectures`, which `hf_overrides` may have pointed at hf_bridge's
+    own name.
     """
     import transformers
     from transformers.models.auto import modeling_auto
 
+    own = remote_generation_class(config)
+    if own is not None:
+        return own
     model_type = getattr(config, "model_type", None)
     found = multimodal_generation_class(model_type)
     if found is not None:

@@ -1,18 +1,54 @@
-"""What a config's HF base model class takes, read from transformers (no vLLM import)."""
+"""What a config's HF classes are and take, read from transformers (no vLLM import)."""
 
 from __future__ import annotations
 
 import inspect
 
+REMOTE_CODE_PACKAGE = "transformers_modules"
+"""Where transformers imports a checkpoint's own code from, once the user trusts it."""
+GENERATION_AUTO_CLASSES = ("AutoModelForImageTextToText", "AutoModelForMultimodalLM", "AutoModelForVision2Seq", "AutoModelForCausalLM")
+"""The `auto_map` keys a checkpoint's own generation class may sit under, in the order
+hf_bridge prefers them (`AutoModelForVision2Seq` is transformers 4's name, still on the hub)."""
+
 
 def base_model_class(config) -> type | None:
-    """The class `AutoModel` builds for `config`, or None where transformers has none by
-    that name (a remote-code model)."""
+    """The class `AutoModel` builds for `config`: the checkpoint's own (remote code), else
+    transformers' by model type, or None where there is neither."""
     import transformers
     from transformers.models.auto import modeling_auto
 
+    own = remote_code_class(config, "AutoModel")
+    if own is not None:
+        return own
     name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
     return getattr(transformers, name, None) if isinstance(name, str) else None
+
+
+def remote_code_class(config, auto_class: str) -> type | None:
+    """The checkpoint's own class for transformers' `auto_class`, imported from the code
+    beside it as transformers' auto classes import it, or None where `auto_map` names none.
+
+    Only for a config that is itself the checkpoint's code: loading it is where the user
+    trusted that code (`trust_remote_code`), and then transformers' auto classes build the
+    checkpoint's classes too, as vLLM's `AutoModel.from_config` does."""
+    reference = (getattr(config, "auto_map", None) or {}).get(auto_class)
+    if not reference or not type(config).__module__.startswith(REMOTE_CODE_PACKAGE):
+        return None
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    # "other/repo--module.Class" names code in another repository, at its own revision
+    repository, _, class_reference = reference.rpartition("--")
+    revision = None if repository else getattr(config, "_commit_hash", None)
+    return get_class_from_dynamic_module(class_reference, repository or config.name_or_path, revision=revision)
+
+
+def remote_generation_class(config) -> type | None:
+    """The checkpoint's own generation class (`remote_code_class`), or None."""
+    for auto_class in GENERATION_AUTO_CLASSES:
+        own = remote_code_class(config, auto_class)
+        if own is not None:
+            return own
+    return None
 
 
 def forward_takes(cls: type | None, argument: str) -> bool:

@@ -1,8 +1,12 @@
-"""Where a checkpoint the user named lives: a local directory, or a hub id fetched (or
-found in the hub cache, offline) with huggingface_hub, as transformers would."""
+"""Where a checkpoint the user named lives (a local directory, or a hub id fetched, or
+found in the hub cache offline, with huggingface_hub, as transformers would), and its
+config and processor loaded, running the checkpoint's own code where the user trusts it."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -21,3 +25,59 @@ def checkpoint_dir(model: str | Path, command: str) -> Path:
             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
             "download it where the hub is reachable and pass the directory"
         ) from None
+
+
+TRUST_REMOTE_CODE_ENV = "HF_BRIDGE_TRUST_REMOTE_CODE"
+"""Set inside `remote_code_trusted`, so that the subprocesses a command starts (the
+transformers reference, encoder rows, each vLLM worker), which load the checkpoint
+again, trust its code too."""
+
+
+@contextmanager
+def remote_code_trusted(trusted: bool) -> Iterator[None]:
+    """Within it, when `trusted`, a checkpoint's own code runs (transformers'
+    `trust_remote_code=True`), here and in the processes started meanwhile."""
+    before = os.environ.get(TRUST_REMOTE_CODE_ENV)
+    if trusted:
+        os.environ[TRUST_REMOTE_CODE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(TRUST_REMOTE_CODE_ENV, None)
+        else:
+            os.environ[TRUST_REMOTE_CODE_ENV] = before
+
+
+def trusts_remote_code() -> bool:
+    return os.environ.get(TRUST_REMOTE_CODE_ENV) == "1"
+
+
+def load_config(model_dir: str | Path):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_dir, trust_remote_code=trusts_remote_code())
+
+
+def load_processor(model_dir: str | Path):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(model_dir, trust_remote_code=trusts_remote_code())
+
+
+def refuse_untrusted_code(model_dir: str | Path, command: str) -> None:
+    """Refuse, naming the flag, a checkpoint whose config or processor transformers will
+    load only by running the code beside it, where the user has not trusted that code."""
+    if trusts_remote_code():
+        return
+    for load in (load_config, load_processor):
+        try:
+            load(model_dir)
+        except ValueError as error:
+            if "trust_remote_code" not in str(error):
+                raise
+            raise SystemExit(
+                f"{command}: {model_dir} ships its own code, which transformers runs to load its "
+                f"{'config' if load is load_config else 'processor'} (`auto_map`); read it, then pass "
+                "--trust-remote-code to run it"
+            ) from None

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import stages
 from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
+from .checkpoint import load_config, load_processor, refuse_untrusted_code, remote_code_trusted, trusts_remote_code
 from .report import Report
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
 
@@ -151,17 +152,15 @@ def emit_view(impl: str, case: str, inspection) -> None:
 def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None) -> None:
     """vLLM's prompt ids and item ranges against the HF processor's, and the embedding
     positions its items announce against the rows the HF encoder returns, per case."""
-    from transformers import AutoConfig, AutoProcessor
-
     from .. import inspect as inspection
     from . import parity
     from .encoder import load_rows
 
     row_counts = load_rows(encoder_rows)[1] if encoder_rows is not None else {}
 
-    hf_processor = AutoProcessor.from_pretrained(model_dir)
-    processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0])
-    features = feature_token_ids(AutoConfig.from_pretrained(model_dir))
+    hf_processor = load_processor(model_dir)
+    processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0], trust_remote_code=trusts_remote_code())
+    features = feature_token_ids(load_config(model_dir))
     for case in cases:
         if not case.media_counts:
             emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, TEXT_ONLY_PROCESSING))
@@ -214,18 +213,16 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     1e-3), or with `lenient` vLLM's own tests' rule (`parity.compare_lenient`); with
     `exact_reference`, each decoding verdict also says how far both sides are from
     transformers in float64 (`stages.rounding_diagnosis`)."""
-    from transformers import AutoConfig, AutoProcessor
-
     from . import parity
     from .encoder import RowCapture, feature_positions, load_rows
     from .engine import make_llm, shutdown
     from .reference import NotApplicable, references
 
-    hf_processor = AutoProcessor.from_pretrained(model_dir)
+    hf_processor = load_processor(model_dir)
     results = references(model_dir, cases)
     exact = references(model_dir, cases, dtype="float64") if exact_reference else [None] * len(cases)
     hf_rows = load_rows(encoder_rows)[0] if encoder_rows is not None else {}
-    feature_ids = feature_token_ids(AutoConfig.from_pretrained(model_dir))
+    feature_ids = feature_token_ids(load_config(model_dir))
     limits: dict[str, int] = {}
     for case in cases:
         for modality, n in case.media_counts.items():
@@ -346,13 +343,16 @@ def run(
     lenient: bool = False,
     exact_reference: bool = False,
     mm_processor_kwargs: dict[str, Any] | None = None,
+    trust_remote_code: bool = False,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
     `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule; `exact_reference`
     also runs transformers in float64 and says, per decoding verdict, how far each side is
     from it; `mm_processor_kwargs` go to both processors in every case (as vLLM's
-    `mm_processor_kwargs` per request), except cases of `cases_file` that set their own."""
+    `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
+    `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
+    flag of that name does."""
     from ..progress import progress
     from .checkpoint import checkpoint_dir
 
@@ -361,18 +361,17 @@ def run(
     unknown = [s for s in stage_names if s not in stages.STAGES]
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
-    cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs)
-    report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
-    with tempfile.TemporaryDirectory() as scratch:
+    with remote_code_trusted(trust_remote_code), tempfile.TemporaryDirectory() as scratch:
+        refuse_untrusted_code(model_dir, "hf-bridge validate")
+        cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs)
+        report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
         encoder_rows = None
         if "encoder" in stage_names or "processing" in stage_names:
-            from transformers import AutoConfig
-
             from .encoder import hf_rows_file
 
             encoder_rows = Path(scratch) / "encoder_rows.npz"
             with progress(f"transformers encoder rows for {len(cases)} case(s)"):
-                hf_rows_file(model_dir, cases, feature_token_ids(AutoConfig.from_pretrained(model_dir)), encoder_rows)
+                hf_rows_file(model_dir, cases, feature_token_ids(load_config(model_dir)), encoder_rows)
         if "decoding" in stage_names:
             from .reference import references
 
@@ -418,6 +417,7 @@ def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
         args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
+        args.trust_remote_code,
     )
     print(report)
     if args.json:
@@ -465,6 +465,11 @@ def add_parser(sub) -> None:
         help="also run transformers in float64 (twice the float32 memory) and say, per decoding verdict, how far "
         "transformers' float32 result and vLLM's each are from it: a failure the reference's own rounding explains "
         "is named as such; the verdicts themselves are unchanged",
+    )
+    v.add_argument(
+        "--trust-remote-code", action="store_true",
+        help="run the checkpoint's own Python code (its `auto_map`), in transformers and in vLLM, as their flags of "
+        "that name do: for a model transformers does not ship; read that code first",
     )
     v.add_argument("--json", help="also write the verdicts as JSON here")
     v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")

@@ -27,9 +27,10 @@ def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[s
     the reason there are none; case name -> `encoder_row_count`). Runs in this
     interpreter: call `hf_rows_file`."""
     import torch
-    from transformers import AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(model_dir)
+    from .checkpoint import load_processor
+
+    processor = load_processor(model_dir)
     model = parity.load_generation_model(model_dir)
     captured: list[torch.Tensor] = []
 

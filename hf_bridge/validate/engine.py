@@ -26,10 +26,13 @@ def make_llm(model_dir: str | Path, *, limit_mm_per_prompt: dict[str, int] | Non
     cpu_environment()
     from vllm import LLM
 
+    from .checkpoint import trusts_remote_code
+
     kwargs = dict(ENGINE_DEFAULTS, **overrides)
     if limit_mm_per_prompt is not None:
         kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
     kwargs.setdefault("model_impl", "transformers")
+    kwargs.setdefault("trust_remote_code", trusts_remote_code())
     return LLM(model=str(model_dir), **kwargs)
 
 

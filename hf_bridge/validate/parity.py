@@ -234,17 +234,22 @@ def _call(processor, text: str, case: Case, **extra):
 
 def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     """The class a transformers user generates with, in `dtype`: image-text-to-text, else
-    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR).
+    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR); as
+    transformers resolves it, the checkpoint's own class where its code is trusted.
 
     In float64 (the rounding check's exact reference) experts run transformers' eager
     loop: its grouped-matmul kernels take no double."""
     import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoModelForMultimodalLM
+    from transformers import AutoModelForImageTextToText, AutoModelForMultimodalLM
 
-    config = AutoConfig.from_pretrained(model_dir)
-    auto = AutoModelForImageTextToText if type(config) in AutoModelForImageTextToText._model_mapping else AutoModelForMultimodalLM
+    from .checkpoint import load_config, trusts_remote_code
+
+    config = load_config(model_dir)
+    own_code = (getattr(config, "auto_map", None) or {}) if trusts_remote_code() else {}
+    takes_images = type(config) in AutoModelForImageTextToText._model_mapping or AutoModelForImageTextToText.__name__ in own_code
+    auto = AutoModelForImageTextToText if takes_images else AutoModelForMultimodalLM
     exact = {"experts_implementation": "eager"} if dtype == "float64" else {}
-    return auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), **exact).eval()
+    return auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), trust_remote_code=trusts_remote_code(), **exact).eval()
 
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
@@ -252,9 +257,10 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
     (float32; float64 for the rounding check, bfloat16 for an engine in bfloat16; media
     features cast to it)."""
     import torch
-    from transformers import AutoProcessor
 
-    processor = processor or AutoProcessor.from_pretrained(model_dir)
+    from .checkpoint import load_processor
+
+    processor = processor or load_processor(model_dir)
     model = model or load_generation_model(model_dir)
     inputs = hf_inputs(processor, case)
     inputs.pop("labels", None)  # PaliGemma's processor adds training labels

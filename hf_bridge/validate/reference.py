@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
 
-    from transformers import AutoProcessor
+    from .checkpoint import load_processor
 
-    processor = AutoProcessor.from_pretrained(args.model_dir)
+    processor = load_processor(args.model_dir)
     model = parity.load_generation_model(args.model_dir, args.dtype)
     results = {}
     for key in args.cases:

@@ -1,0 +1,95 @@
+"""Checkpoints that ship their own code (`trust_remote_code=True`), as users' models
+transformers does not have do: a new model type whose config, base model, generation
+class and processor are classes beside the weights (`hf_bridge.zoo.remote_code`). The
+generation class builds its own base model and scales the logits, which no config field
+says: hf_bridge must take both from the checkpoint's code, not from transformers'
+classes for a similar model type."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_bridge.head import HFLogitsHead, generation_class
+from hf_bridge.hf_classes import base_model_class, remote_code_class
+from hf_bridge.validate import parity
+from hf_bridge.validate.checkpoint import load_config, load_processor, refuse_untrusted_code, remote_code_trusted
+from hf_bridge.validate.reference import references
+from hf_bridge.zoo.remote_code import LOGIT_SCALE, PREFIX, remote_code_copy
+from helpers.conditioning import assert_well_conditioned
+
+CASES = {"llava": ["one_image", "text_only"], "qwen2_vl": ["one_image", "two_images", "text_only", "video"],
+         "gemma3": ["one_image", "two_images", "text_only"]}
+"""Qwen2-VL for its video and position ids, Gemma3 for attention both ways within an
+image, which hf_bridge reads from the base model class's forward."""
+
+
+@pytest.fixture(scope="module")
+def own_code(zoo, tmp_path_factory):
+    root = tmp_path_factory.mktemp("own_code")
+    return {arch: remote_code_copy(zoo(arch), root / arch) for arch in CASES}
+
+
+def test_the_checkpoints_classes_are_read_from_its_code_once_trusted(own_code):
+    with remote_code_trusted(True):
+        config = load_config(own_code["llava"])
+    assert type(config).__module__.startswith("transformers_modules")
+    assert base_model_class(config).__name__ == f"{PREFIX}LlavaModel"
+    assert generation_class(config).__name__ == f"{PREFIX}LlavaForConditionalGeneration"
+    head = HFLogitsHead.from_config(config)
+    logits = torch.randn(3, config.text_config.vocab_size)
+    assert not head.is_identity and torch.equal(head(logits), logits * LOGIT_SCALE)
+
+
+def test_an_auto_map_on_a_transformers_config_is_not_trusted(zoo):
+    """transformers builds its own classes for such a config unless the user trusts the
+    code; without that trust on record, hf_bridge reads transformers' classes too."""
+    config = load_config(zoo("llava"))
+    config.auto_map = {"AutoModel": "modeling_own.OwnLlavaModel"}
+    assert remote_code_class(config, "AutoModel") is None
+    assert base_model_class(config).__name__ == "LlavaModel"
+
+
+def test_untrusted_code_is_refused_naming_the_flag(own_code):
+    with pytest.raises(SystemExit, match=r"hf-bridge validate: .* ships its own code, which transformers runs to load "
+                                         r"its config \(`auto_map`\); read it, then pass --trust-remote-code to run it"):
+        refuse_untrusted_code(own_code["llava"], "hf-bridge validate")
+    with remote_code_trusted(True):
+        refuse_untrusted_code(own_code["llava"], "hf-bridge validate")
+        assert type(load_processor(own_code["llava"])).__name__ == f"{PREFIX}LlavaProcessor"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("arch", "case"), [(a, c) for a in ("qwen2_vl", "gemma3") for c in CASES[a]])
+def test_own_code_keeps_parity(arch, case, own_code, engines):
+    model_dir = own_code[arch]
+    the_case = parity.standard_cases(64)[case]
+    with remote_code_trusted(True):
+        (reference,) = references(model_dir, [the_case])
+        assert not parity.is_degenerate(reference.tokens), reference.tokens
+        assert_well_conditioned(model_dir, the_case, reference)
+        processor = load_processor(model_dir)
+    limits = {"image": 2, "video": 1} if arch == "qwen2_vl" else {"image": 2}
+    llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt=limits)
+    assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
+
+
+@pytest.mark.engine
+def test_validate_runs_own_code_and_the_in_tree_backend_misses_its_head(own_code):
+    """`hf-bridge validate --trust-remote-code`: every stage passes through hf_bridge. The
+    in-tree backend places and encodes the same, then decodes without the checkpoint's
+    head: the same tokens (the scale keeps the argmax), log-probs off."""
+    from hf_bridge.validate.command import run
+    from hf_bridge.validate.stages import FAIL, NOT_APPLICABLE, PASS
+
+    cases = CASES["llava"]
+    expected = {("one_image", stage): PASS for stage in ("processing", "encoder", "decoding")}
+    expected |= {("text_only", "processing"): NOT_APPLICABLE, ("text_only", "encoder"): NOT_APPLICABLE, ("text_only", "decoding"): PASS}
+    own = run(own_code["llava"], "hf_bridge", case_names=cases, trust_remote_code=True)
+    assert {(v.case, v.stage): v.outcome for v in own.verdicts} == expected, own
+    assert own.exit_code == 0
+    in_tree = run(own_code["llava"], "intree", case_names=cases, trust_remote_code=True)
+    missed_head = {key: FAIL if key[1] == "decoding" else outcome for key, outcome in expected.items()}
+    assert {(v.case, v.stage): v.outcome for v in in_tree.verdicts} == missed_head, in_tree
+    for verdict in (v for v in in_tree.verdicts if v.stage == "decoding"):
+        assert verdict.detail.startswith("generated log-probs differ") and "prompt log-probs differ" in verdict.detail, verdict
