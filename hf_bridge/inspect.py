@@ -144,12 +144,15 @@ def inspect(
     videos: list | None = None,
     audios: list | None = None,
     mm_processor_kwargs: dict[str, Any] | None = None,
+    trust_remote_code: bool = False,
 ) -> Inspection:
     """What hf_bridge makes of `prompt` and its items, for a checkpoint directory (only its
-    config and processor files are read: no weights, no engine) or a processor from
-    `build_processor`."""
+    config and processor files are read: no weights, no engine; `trust_remote_code` runs
+    a checkpoint's own code, as vLLM's flag does) or a processor from `build_processor`."""
     processor = (
-        build_processor(model_or_processor) if isinstance(model_or_processor, (str, Path)) else model_or_processor
+        build_processor(model_or_processor, trust_remote_code=trust_remote_code)
+        if isinstance(model_or_processor, (str, Path))
+        else model_or_processor
     )
     mm_data = {m: items for m, items in (("image", images), ("video", videos), ("audio", audios)) if items}
     return Inspection.of(processor, inspect_prompt(processor, prompt, mm_data, mm_processor_kwargs))

@@ -59,6 +59,14 @@ def test_untrusted_code_is_refused_naming_the_flag(own_code):
         assert type(load_processor(own_code["llava"])).__name__ == f"{PREFIX}LlavaProcessor"
 
 
+def test_inspect_reads_a_trusted_checkpoints_processor(own_code):
+    import hf_bridge
+
+    shown = hf_bridge.inspect(own_code["llava"], "USER: <image>\nDescribe. ASSISTANT:", images=[parity.test_image(64, 64, 1)],
+                              trust_remote_code=True)
+    assert f"{PREFIX}LlavaProcessor" in str(shown) and "image 0: positions" in str(shown), shown
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize(("arch", "case"), [(a, c) for a in ("qwen2_vl", "gemma3") for c in CASES[a]])
 def test_own_code_keeps_parity(arch, case, own_code, engines):

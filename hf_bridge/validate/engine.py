@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import trusts_remote_code
+
 ENGINE_DEFAULTS: dict[str, Any] = dict(
     dtype="float32",
     max_model_len=4096,
@@ -25,8 +27,6 @@ def make_llm(model_dir: str | Path, *, limit_mm_per_prompt: dict[str, int] | Non
     """An `LLM` over `model_dir` through `model_impl="transformers"` (so, hf_bridge)."""
     cpu_environment()
     from vllm import LLM
-
-    from .checkpoint import trusts_remote_code
 
     kwargs = dict(ENGINE_DEFAULTS, **overrides)
     if limit_mm_per_prompt is not None:
