@@ -17,6 +17,7 @@ from hf_bridge.validate.checkpoint import load_config, load_processor, refuse_un
 from hf_bridge.validate.reference import references
 from hf_bridge.zoo.remote_code import LOGIT_SCALE, PREFIX, remote_code_copy
 from helpers.conditioning import assert_well_conditioned
+from helpers.scripts import load_script
 
 CASES = {"llava": ["one_image", "text_only"], "qwen2_vl": ["one_image", "two_images", "text_only", "video"],
          "gemma3": ["one_image", "two_images", "text_only"]}
@@ -96,6 +97,8 @@ def test_validate_runs_own_code_and_the_in_tree_backend_misses_its_head(own_code
     own = run(own_code["llava"], "hf_bridge", case_names=cases, trust_remote_code=True)
     assert {(v.case, v.stage): v.outcome for v in own.verdicts} == expected, own
     assert own.exit_code == 0
+    # REMOTE_CODE.md's script, on the same copy (its own cases, two images among them)
+    assert load_script("remote_code_sweep").check("llava", own_code["llava"].parent) == (0, [])
     in_tree = run(own_code["llava"], "intree", case_names=cases, trust_remote_code=True)
     missed_head = {key: FAIL if key[1] == "decoding" else outcome for key, outcome in expected.items()}
     assert {(v.case, v.stage): v.outcome for v in in_tree.verdicts} == missed_head, in_tree
