@@ -6,6 +6,9 @@ import inspect
 
 REMOTE_CODE_PACKAGE = "transformers_modules"
 """Where transformers imports a checkpoint's own code from, once the user trusts it."""
+TRUSTED_CODE_MARK = "_hf_bridge_trusts_own_code"
+"""Set on a config whose checkpoint's code the engine was told to trust (vLLM's
+`trust_remote_code`) although the config is transformers' own class, which records no trust."""
 GENERATION_AUTO_CLASSES = ("AutoModelForImageTextToText", "AutoModelForMultimodalLM", "AutoModelForVision2Seq", "AutoModelForCausalLM")
 """The `auto_map` keys a checkpoint's own generation class may sit under, in the order
 hf_bridge prefers them (`AutoModelForVision2Seq` is transformers 4's name, still on the hub)."""
@@ -24,15 +27,27 @@ def base_model_class(config) -> type | None:
     return getattr(transformers, name, None) if isinstance(name, str) else None
 
 
+def mark_trusted_code(config) -> None:
+    """Record on `config` that the user trusts its checkpoint's code: vLLM's
+    `AutoModel.from_config(..., trust_remote_code=True)` then builds the classes its
+    `auto_map` names, whatever the config's own class."""
+    setattr(config, TRUSTED_CODE_MARK, True)
+
+
+def trusts_own_code(config) -> bool:
+    """Whether the user trusted `config`'s checkpoint code: by loading a config class of
+    its own (`trust_remote_code`), or as `mark_trusted_code` records."""
+    return type(config).__module__.startswith(REMOTE_CODE_PACKAGE) or bool(getattr(config, TRUSTED_CODE_MARK, False))
+
+
 def remote_code_class(config, auto_class: str) -> type | None:
     """The checkpoint's own class for transformers' `auto_class`, imported from the code
     beside it as transformers' auto classes import it, or None where `auto_map` names none.
 
-    Only for a config that is itself the checkpoint's code: loading it is where the user
-    trusted that code (`trust_remote_code`), and then transformers' auto classes build the
-    checkpoint's classes too, as vLLM's `AutoModel.from_config` does."""
+    Only where the user trusted that code (`trusts_own_code`): transformers' auto classes
+    then build the checkpoint's classes, as vLLM's `AutoModel.from_config` does."""
     reference = (getattr(config, "auto_map", None) or {}).get(auto_class)
-    if not reference or not type(config).__module__.startswith(REMOTE_CODE_PACKAGE):
+    if not reference or not trusts_own_code(config):
         return None
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 

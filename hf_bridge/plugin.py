@@ -126,6 +126,10 @@ def route(arch: str | None, model_config) -> str | None:
         own, in_tree = TEXT_ONLY_ARCHITECTURES[arch], arch
     else:
         return arch
+    if model_config.trust_remote_code:
+        from .hf_classes import mark_trusted_code
+
+        mark_trusted_code(model_config.hf_config)
     failures = unplaceable(model_config)
     if failures is None:
         from .bidirectional import mark_bidirectional

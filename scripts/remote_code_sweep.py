@@ -1,9 +1,11 @@
 """Every zoo architecture hf_bridge serves, written as a checkpoint with its own code
-(`hf_bridge.zoo.remote_code`: a new model type, its classes beside the weights, a head
-transform only that code knows), through `hf-bridge validate --trust-remote-code`: every
-stage of the parity cases against transformers running the same code.
+(`hf_bridge.zoo.remote_code`: its classes beside the weights, a head transform only that
+code knows) two ways, a config class of its own (a new model type) and transformers'
+config with `auto_map` naming the model classes only, through `hf-bridge validate
+--trust-remote-code`: every stage of the parity cases against transformers running the
+same code.
 
-    .venv/bin/python scripts/remote_code_sweep.py --out REMOTE_CODE.md   # all (about 15 minutes)
+    .venv/bin/python scripts/remote_code_sweep.py --out REMOTE_CODE.md   # all (about 25 minutes)
     .venv/bin/python scripts/remote_code_sweep.py --archs llava gemma3     # printed only
 """
 
@@ -21,7 +23,11 @@ def cases(arch: str) -> list[str]:
     return ["one_image", "two_images", "text_only"] + (["video"] if SPECS[arch].has_video else [])
 
 
-def check(arch: str, root: Path, impl: str = "hf_bridge") -> tuple[int, list[str]]:
+CONFIGS = {"own config": True, "transformers config": False}
+"""The table's columns: `remote_code_copy`'s `own_config`."""
+
+
+def check(arch: str, root: Path, impl: str = "hf_bridge", own_config: bool = True) -> tuple[int, list[str]]:
     """(validate's exit code, each verdict that neither passed nor was n/a) for `arch`'s
     remote-code copy under `root` (written there once)."""
     from hf_bridge.validate.command import run
@@ -29,9 +35,9 @@ def check(arch: str, root: Path, impl: str = "hf_bridge") -> tuple[int, list[str
     from hf_bridge.zoo import build
     from hf_bridge.zoo.remote_code import remote_code_copy
 
-    model_dir = root / arch
+    model_dir = root / (arch if own_config else f"{arch}_transformers_config")
     if not model_dir.exists():
-        remote_code_copy(build(arch), model_dir)
+        remote_code_copy(build(arch), model_dir, own_config=own_config)
     report = run(model_dir, impl, case_names=cases(arch), trust_remote_code=True)
     others = [f"{v.case} {v.stage}: {v.outcome}: {v.detail}" for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
     return report.exit_code, others
@@ -47,21 +53,27 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for arch in args.archs:
-            started = time.monotonic()
-            code, others = check(arch, Path(root))
-            rows.append((arch, ", ".join(cases(arch)), "pass" if code == 0 else f"exit {code}", "; ".join(o[:200] for o in others)))
-            print(f"{arch}: {rows[-1][2]} ({time.monotonic() - started:.0f} s) {rows[-1][3]}", flush=True)
+            verdicts, notes = [], []
+            for column, own_config in CONFIGS.items():
+                started = time.monotonic()
+                code, others = check(arch, Path(root), own_config=own_config)
+                verdicts.append("pass" if code == 0 else f"exit {code}")
+                notes += [f"{column}: {o[:200]}" for o in others]
+                print(f"{arch}, {column}: {verdicts[-1]} ({time.monotonic() - started:.0f} s) {'; '.join(others)}", flush=True)
+            rows.append((arch, ", ".join(cases(arch)), *verdicts, "; ".join(notes)))
     if args.out:
         lines = [
             "# Checkpoints with their own code",
             "",
             f"`scripts/remote_code_sweep.py` ({time.strftime('%Y-%m-%d')}): each zoo architecture hf_bridge serves, written as a "
             "checkpoint with its own code (`hf_bridge.zoo.remote_code`), through `hf-bridge validate --trust-remote-code` "
-            "(hf_bridge; processing, encoder and decoding, strict). Exit 1: a stage failed, named with its cause.",
+            "(hf_bridge; processing, encoder and decoding, strict). Two copies each: a config class of the checkpoint's "
+            "own (a new model type), and transformers' config whose `auto_map` names the model classes only. "
+            "Exit 1: a stage failed, named with its cause.",
             "",
-            "| architecture | cases | hf_bridge | verdicts not passed |",
-            "|---|---|---|---|",
-            *(f"| {arch} | {names} | {verdict} | {others} |" for arch, names, verdict, others in rows),
+            f"| architecture | cases | {' | '.join(CONFIGS)} | verdicts not passed |",
+            "|---|---|" + "---|" * len(CONFIGS) + "---|",
+            *(f"| {' | '.join(row)} |" for row in rows),
             "",
         ]
         args.out.write_text("\n".join(lines))

@@ -27,35 +27,49 @@ CASES = {"llava": ["one_image", "text_only"], "qwen2_vl": ["one_image", "two_ima
 image, which hf_bridge reads from the base model class's forward."""
 
 
+TRANSFORMERS_CONFIG = "llava_transformers_config"
+"""The LLaVA copy whose config stays transformers' class: `auto_map` names its model
+classes only, so loading the config records no trust; the engine's flag does."""
+
+
 @pytest.fixture(scope="module")
 def own_code(zoo, tmp_path_factory):
     root = tmp_path_factory.mktemp("own_code")
-    return {arch: remote_code_copy(zoo(arch), root / arch) for arch in CASES}
+    copies = {arch: remote_code_copy(zoo(arch), root / arch) for arch in CASES}
+    copies[TRANSFORMERS_CONFIG] = remote_code_copy(zoo("llava"), root / TRANSFORMERS_CONFIG, own_config=False)
+    return copies
 
 
 CLASSES_AND_HEAD = """
 import json, sys, torch
 from hf_bridge.head import HFLogitsHead, generation_class
-from hf_bridge.hf_classes import base_model_class
+from hf_bridge.hf_classes import base_model_class, mark_trusted_code
 from hf_bridge.validate.checkpoint import load_config, remote_code_trusted
 with remote_code_trusted(True):
     config = load_config(sys.argv[1])
+found = {"config": type(config).__module__, "unmarked_base": base_model_class(config).__name__}
+mark_trusted_code(config)  # as the plugin does for an engine given trust_remote_code=True
 head = HFLogitsHead.from_config(config)
 logits = torch.randn(3, config.text_config.vocab_size)
-print(json.dumps({"config": type(config).__module__, "base": base_model_class(config).__name__,
-                  "generation": generation_class(config).__name__, "identity": head.is_identity,
-                  "scale": (head(logits) / logits).unique().tolist()}))
+print(json.dumps(dict(found, base=base_model_class(config).__name__, generation=generation_class(config).__name__,
+                      identity=head.is_identity, scale=(head(logits) / logits).unique().tolist())))
 """
 
 
-def test_the_checkpoints_classes_are_read_from_its_code_once_trusted(own_code):
-    """In a fresh interpreter: once vLLM's in-tree backend has built an engine in a process
-    (earlier tests do), transformers' decoder classes there cannot be built outside an
-    engine ("Current vLLM config is not set"; see the README), the head's among them."""
-    done = subprocess.run([sys.executable, "-c", CLASSES_AND_HEAD, str(own_code["llava"])], capture_output=True, text=True, timeout=600)
+@pytest.mark.parametrize(("copy", "config_module", "unmarked_base"), [
+    ("llava", "transformers_modules", f"{PREFIX}LlavaModel"),
+    (TRANSFORMERS_CONFIG, "transformers.models.llava", "LlavaModel"),
+])
+def test_the_checkpoints_classes_are_read_from_its_code_once_trusted(own_code, copy, config_module, unmarked_base):
+    """A config of the checkpoint's own is trust on record; transformers' config class is
+    not, until the engine's `trust_remote_code` marks it. In a fresh interpreter: once
+    vLLM's in-tree backend has built an engine in a process (earlier tests do),
+    transformers' decoder classes there cannot be built outside an engine ("Current vLLM
+    config is not set"; see the README), the head's among them."""
+    done = subprocess.run([sys.executable, "-c", CLASSES_AND_HEAD, str(own_code[copy])], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["config"].startswith("transformers_modules"), found
+    assert found["config"].startswith(config_module) and found["unmarked_base"] == unmarked_base, found
     assert (found["base"], found["generation"]) == (f"{PREFIX}LlavaModel", f"{PREFIX}LlavaForConditionalGeneration"), found
     assert found["identity"] is False and found["scale"] == [LOGIT_SCALE], found
 
@@ -69,10 +83,15 @@ def test_an_auto_map_on_a_transformers_config_is_not_trusted(zoo):
     assert base_model_class(config).__name__ == "LlavaModel"
 
 
-def test_untrusted_code_is_refused_naming_the_flag(own_code):
+def test_untrusted_code_is_refused_naming_the_flag(own_code, capsys):
     with pytest.raises(SystemExit, match=r"hf-bridge validate: .* ships its own code, which transformers runs to load "
                                          r"its config \(`auto_map`\); read it, then pass --trust-remote-code to run it"):
         refuse_untrusted_code(own_code["llava"], "hf-bridge validate")
+    # transformers' config loads without trust, and says which classes the run checks instead
+    with pytest.raises(SystemExit, match=r"ships its own code, which transformers runs to load its processor"):
+        refuse_untrusted_code(own_code[TRANSFORMERS_CONFIG], "hf-bridge validate")
+    assert ("ships its own model code (`auto_map`: AutoModel, AutoModelForImageTextToText), which transformers and vLLM "
+            "build only once it is trusted; this run checks transformers' classes for LlavaConfig instead") in capsys.readouterr().err
     with remote_code_trusted(True):
         refuse_untrusted_code(own_code["llava"], "hf-bridge validate")
         assert type(load_processor(own_code["llava"])).__name__ == f"{PREFIX}LlavaProcessor"
@@ -98,6 +117,24 @@ def test_own_code_keeps_parity(arch, case, own_code, engines):
         processor = load_processor(model_dir)
     limits = {"image": 2, "video": 1} if arch == "qwen2_vl" else {"image": 2}
     llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt=limits)
+    assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("case", CASES["llava"])
+def test_own_model_classes_under_a_transformers_config_keep_parity(case, own_code, engines):
+    """vLLM builds the checkpoint's base model once the engine trusts its code, whatever
+    the config's class; hf_bridge takes the head from the same code (before, it read
+    transformers' LLaVA head for this config: log-probs off by up to 3.2)."""
+    model_dir = own_code[TRANSFORMERS_CONFIG]
+    the_case = parity.standard_cases(64)[case]
+    with remote_code_trusted(True):
+        (reference,) = references(model_dir, [the_case])
+        assert not parity.is_degenerate(reference.tokens), reference.tokens
+        assert_well_conditioned(model_dir, the_case, reference)
+        processor = load_processor(model_dir)
+    llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt={"image": 2})
+    assert type(llm.model_config.hf_config).__module__.startswith("transformers.models.llava")
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
 
 

@@ -5,6 +5,7 @@ config and processor loaded, running the checkpoint's own code where the user tr
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,9 @@ TRUST_REMOTE_CODE_ENV = "HF_BRIDGE_TRUST_REMOTE_CODE"
 """Set inside `remote_code_trusted`, so that the subprocesses a command starts (the
 transformers reference, encoder rows, each vLLM worker), which load the checkpoint
 again, trust its code too."""
+
+MODEL_AUTO_CLASS_PREFIX = "AutoModel"
+"""transformers' auto classes that build a model (`AutoModel`, `AutoModelForImageTextToText`, ...)."""
 
 
 @contextmanager
@@ -67,17 +71,22 @@ def load_processor(model_dir: str | Path):
 
 def refuse_untrusted_code(model_dir: str | Path, command: str) -> None:
     """Refuse, naming the flag, a checkpoint whose config or processor transformers will
-    load only by running the code beside it, where the user has not trusted that code."""
+    load only by running the code beside it, where the user has not trusted that code.
+    A transformers config whose `auto_map` names model classes loads without it, and
+    then transformers and vLLM both build transformers' classes: say so, and go on."""
     if trusts_remote_code():
         return
+    fix = "read it, then pass --trust-remote-code to run it"
     for load in (load_config, load_processor):
+        what = "config" if load is load_config else "processor"
         try:
-            load(model_dir)
+            loaded = load(model_dir)
         except ValueError as error:
             if "trust_remote_code" not in str(error):
                 raise
-            raise SystemExit(
-                f"{command}: {model_dir} ships its own code, which transformers runs to load its "
-                f"{'config' if load is load_config else 'processor'} (`auto_map`); read it, then pass "
-                "--trust-remote-code to run it"
-            ) from None
+            raise SystemExit(f"{command}: {model_dir} ships its own code, which transformers runs to load its {what} (`auto_map`); {fix}") from None
+        own_models = sorted(name for name in (getattr(loaded, "auto_map", None) or {}) if name.startswith(MODEL_AUTO_CLASS_PREFIX))
+        if load is load_config and own_models:
+            print(f"{command}: note: {model_dir} ships its own model code (`auto_map`: {', '.join(own_models)}), which "
+                  f"transformers and vLLM build only once it is trusted; this run checks transformers' classes for "
+                  f"{type(loaded).__name__} instead ({fix})", file=sys.stderr)

@@ -8,7 +8,12 @@ things only the checkpoint's code knows: the generation class builds its own bas
 class (so transformers saves and loads the weights in that class's layout, not the
 library's), and it scales the logits (a head transform read from no config field).
 
-    python -m hf_bridge.zoo.remote_code SOURCE_DIR INTO_DIR
+With `own_config=False` the config stays transformers' class and model type, and
+`auto_map` names the model classes only, as checkpoints that change a model but not its
+config ship: loading that config records no trust, so only the engine's
+`trust_remote_code` says to build the checkpoint's classes.
+
+    python -m hf_bridge.zoo.remote_code SOURCE_DIR INTO_DIR [--transformers-config]
 """
 
 from __future__ import annotations
@@ -26,19 +31,21 @@ PREFIX = "Own"
 CONFIG_FILE = "configuration_own.py"
 MODELING_FILE = "modeling_own.py"
 PROCESSING_FILE = "processing_own.py"
+TRANSFORMERS_CONFIG_FLAG = "--transformers-config"
 
 
-def remote_code_copy(source: Path, into: Path) -> Path:
+def remote_code_copy(source: Path, into: Path, own_config: bool = True) -> Path:
     """Write `source` (a zoo checkpoint) into `into` as a checkpoint with its own code. In a
     fresh interpreter, as the zoo builds: models instantiated where a vLLM engine ran are
     not plain transformers."""
-    done = subprocess.run([sys.executable, "-m", __name__, str(source), str(into)], capture_output=True, text=True)
+    flags = [] if own_config else [TRANSFORMERS_CONFIG_FLAG]
+    done = subprocess.run([sys.executable, "-m", __name__, str(source), str(into), *flags], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"writing {source} as a remote-code checkpoint failed:\n{done.stderr[-4000:]}")
     return into
 
 
-def _write_here(source: Path, into: Path) -> None:
+def _write_here(source: Path, into: Path, own_config: bool) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
     from transformers.models.auto import modeling_auto
@@ -46,23 +53,27 @@ def _write_here(source: Path, into: Path) -> None:
     from ..head import generation_class
 
     config = AutoConfig.from_pretrained(source)
-    base = modeling_auto.MODEL_MAPPING_NAMES[config.model_type]
-    generation = generation_class(config).__name__
+    original_class = generation_class(config)
+    base, generation = modeling_auto.MODEL_MAPPING_NAMES[config.model_type], original_class.__name__
     processor = AutoProcessor.from_pretrained(source)
-    names = {"config": type(config).__name__, "base": base, "generation": generation, "processor": type(processor).__name__}
+    config_name, processor_name = type(config).__name__, type(processor).__name__
+    # the classes' config: the checkpoint's subclass, or transformers' own class
+    config_class = f"{PREFIX}{config_name}" if own_config else config_name
     into.mkdir(parents=True)
-    (into / CONFIG_FILE).write_text(
-        f"from transformers import {names['config']}\n\n\n"
-        f"class {PREFIX}{names['config']}({names['config']}):\n"
-        f"    model_type = \"{config.model_type}{MODEL_TYPE_SUFFIX}\"\n"
-    )
+    if own_config:
+        (into / CONFIG_FILE).write_text(
+            f"from transformers import {config_name}\n\n\n"
+            f"class {config_class}({config_name}):\n"
+            f"    model_type = \"{config.model_type}{MODEL_TYPE_SUFFIX}\"\n"
+        )
+    config_import = f"from .{CONFIG_FILE[:-3]} import {config_class}" if own_config else f"from transformers import {config_class}"
     (into / MODELING_FILE).write_text(
         f"import functools\n\nfrom transformers import {base}, {generation}\n\n"
-        f"from .{CONFIG_FILE[:-3]} import {PREFIX}{names['config']}\n\n\n"
+        f"{config_import}\n\n\n"
         f"class {PREFIX}{base}({base}):\n"
-        f"    config_class = {PREFIX}{names['config']}\n\n\n"
+        f"    config_class = {config_class}\n\n\n"
         f"class {PREFIX}{generation}({generation}):\n"
-        f"    config_class = {PREFIX}{names['config']}\n\n"
+        f"    config_class = {config_class}\n\n"
         f"    def __init__(self, config):\n"
         f"        super().__init__(config)\n"
         f"        self.model = {PREFIX}{base}(config)\n"
@@ -74,32 +85,34 @@ def _write_here(source: Path, into: Path) -> None:
         f"        return output\n"
     )
     (into / PROCESSING_FILE).write_text(
-        f"from transformers import {names['processor']}\n\n\n"
-        f"class {PREFIX}{names['processor']}({names['processor']}):\n"
+        f"from transformers import {processor_name}\n\n\n"
+        f"class {PREFIX}{processor_name}({processor_name}):\n"
         f"    pass\n"
     )
+    auto_map = {
+        "AutoModel": f"{MODELING_FILE[:-3]}.{PREFIX}{base}",
+        "AutoModelForImageTextToText": f"{MODELING_FILE[:-3]}.{PREFIX}{generation}",
+    }
     stored = json.loads((source / "config.json").read_text())
-    stored.update(
-        model_type=config.model_type + MODEL_TYPE_SUFFIX,
-        architectures=[PREFIX + generation],
-        auto_map={
-            "AutoConfig": f"{CONFIG_FILE[:-3]}.{PREFIX}{names['config']}",
-            "AutoModel": f"{MODELING_FILE[:-3]}.{PREFIX}{base}",
-            "AutoModelForImageTextToText": f"{MODELING_FILE[:-3]}.{PREFIX}{generation}",
-        },
-    )
+    stored.update(architectures=[PREFIX + generation])
+    if own_config:
+        stored.update(model_type=config.model_type + MODEL_TYPE_SUFFIX,
+                      auto_map={"AutoConfig": f"{CONFIG_FILE[:-3]}.{config_class}", **auto_map})
+    else:
+        stored.update(auto_map=auto_map)
     (into / "config.json").write_text(json.dumps(stored, indent=2))
-    own_config = AutoConfig.from_pretrained(into, trust_remote_code=True)
-    model = AutoModelForImageTextToText.from_config(own_config, trust_remote_code=True, dtype=torch.float32)
-    original = generation_class(config).from_pretrained(source, dtype=torch.float32)
-    model.load_state_dict(original.state_dict(), strict=True)
+    own = AutoConfig.from_pretrained(into, trust_remote_code=True)
+    model = AutoModelForImageTextToText.from_config(own, trust_remote_code=True, dtype=torch.float32)
+    if type(model).__name__ != PREFIX + generation:
+        raise RuntimeError(f"transformers built {type(model).__name__} for {into}, not the checkpoint's {PREFIX}{generation}")
+    model.load_state_dict(original_class.from_pretrained(source, dtype=torch.float32).state_dict(), strict=True)
     model.save_pretrained(into)
     processor.save_pretrained(into)
     processor_config = json.loads((into / "processor_config.json").read_text())
-    processor_config.update(processor_class=PREFIX + names["processor"],
-                            auto_map={"AutoProcessor": f"{PROCESSING_FILE[:-3]}.{PREFIX}{names['processor']}"})
+    processor_config.update(processor_class=PREFIX + processor_name,
+                            auto_map={"AutoProcessor": f"{PROCESSING_FILE[:-3]}.{PREFIX}{processor_name}"})
     (into / "processor_config.json").write_text(json.dumps(processor_config, indent=2))
 
 
 if __name__ == "__main__":
-    _write_here(Path(sys.argv[1]), Path(sys.argv[2]))
+    _write_here(Path(sys.argv[1]), Path(sys.argv[2]), own_config=TRANSFORMERS_CONFIG_FLAG not in sys.argv[3:])
