@@ -88,9 +88,10 @@ def _media_problem(modality: str, item: Any) -> str | None:
 def no_token_types(processor: Any) -> str:
     return (
         f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
-        "when called with `return_mm_token_type_ids=True`, so hf_bridge cannot tell which "
-        "prompt tokens belong to which item. A processor that lists its multimodal tokens "
-        "(`image_token_ids`) as transformers' `ProcessorMixin` expects reports them."
+        "when called with `return_mm_token_type_ids=True`, and lists no multimodal tokens "
+        "(`image_token_ids`, `video_token_ids`, `audio_token_ids`) to type them by, so "
+        "hf_bridge cannot tell which prompt tokens belong to which item. A processor that "
+        "sets them as transformers' `ProcessorMixin` expects reports them."
     )
 
 

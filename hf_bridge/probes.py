@@ -146,11 +146,32 @@ def blank_items(processor: Any, modality: str, count: int, shape: BlankShape, se
 
 
 def token_type_ids(out: Any, processor: Any):
-    """The processor's multimodal token types (Gemma3 calls them `token_type_ids`)."""
+    """The processor's multimodal token types (Gemma3 calls them `token_type_ids`), else
+    transformers' `create_mm_token_type_ids` over its ids (`listed_token_types`)."""
     type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
+    if type_ids is None:
+        type_ids = listed_token_types(out["input_ids"], processor)
     if type_ids is None:
         raise ProbeError(errors.no_token_types(processor))
     return type_ids
+
+
+def listed_token_types(input_ids: Any, processor: Any):
+    """Token types for a processor whose own `__call__` ignores `return_mm_token_type_ids`
+    (Idefics2's) but which lists its multimodal tokens (`image_token_ids`, ...) as
+    `ProcessorMixin` reads them: transformers' `create_mm_token_type_ids`, which types
+    the listed tokens only; the expansions cover the untyped markers around them. None
+    where the processor lists none."""
+    import numpy as np
+
+    listed = [i for m in MODALITIES for i in (getattr(processor, f"{m}_token_ids", None) or ()) if i is not None]
+    create = getattr(processor, "create_mm_token_type_ids", None)
+    if not listed or create is None:
+        return None
+    try:
+        return np.asarray(create(input_ids))
+    except TypeError:  # a processor's own override needs what its `__call__` passes (Idefics3's)
+        return None
 
 
 def chat_template_placeholder(processor: Any, modality: str) -> str | None:

@@ -64,9 +64,10 @@ def test_flat_config_with_media_processor_is_served_as_multimodal(zoo, tmp_path)
 
 
 def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo):
-    """Idefics2's processor reports no token types: hf_bridge cannot place any of its
-    items, so vLLM's in-tree class serves it, exactly as without hf_bridge, and the
-    reason is logged. A MoE VLM resolves to hf_bridge's MoE class."""
+    """Idefics2's processor rewrites the text after each image (a space after its closing
+    marker): hf_bridge cannot place any of its items, so vLLM's in-tree class serves it,
+    exactly as without hf_bridge, and the reason is logged. A MoE VLM resolves to
+    hf_bridge's MoE class."""
     idefics2, llava, moe = zoo("idefics2"), zoo("llava"), zoo("qwen3_vl_moe")
     done = subprocess.run(
         [sys.executable, str(HELPERS / "registry_probe.py"), str(idefics2), str(llava), str(moe)],
@@ -79,7 +80,7 @@ def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo):
         str(llava): "HFBridgeForConditionalGeneration",
         str(moe): "HFBridgeMoEForConditionalGeneration",
     }
-    assert "hf_bridge cannot place this checkpoint's multimodal items (image: ProbeError: Idefics2Processor returns no `mm_token_type_ids`" in done.stderr + done.stdout
+    assert "hf_bridge cannot place this checkpoint's multimodal items (image: PlaceholderError: the processor dropped or changed the text after the placeholder)" in done.stderr + done.stdout
     assert "served by vLLM's in-tree Transformers backend (HFBridgeInTreeTransformersMultiModalForCausalLM)" in done.stderr + done.stdout
 
 

@@ -137,3 +137,29 @@ def test_probe_failure_names_the_modality_and_the_processor_error(zoo):
     assert probe.placeable() == ["image"]
     assert probe.failures["video"].startswith("ProbeError: Qwen2VLProcessor refused every blank video hf_bridge probes it with")
     assert "Video can't be sampled. The inferred `num_frames=1000` exceeds `total_num_frames=4`" in probe.failures["video"]
+
+
+def test_a_processor_that_drops_the_types_flag_is_typed_by_the_tokens_it_lists(zoo):
+    """Idefics2's own `__call__` drops `return_mm_token_type_ids`. It lists its image token
+    (`image_token_ids`), so transformers' `create_mm_token_type_ids` types the ids: the
+    image tokens, not the `<fake_token_around_image>` markers around them, which the
+    probed expansion covers. Its placement then stops on what vLLM's prompt update cannot
+    do: the processor writes a space after each image's closing marker, changing how the
+    text after it tokenizes. Listing no token leaves nothing to type by."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from hf_bridge import errors
+    from hf_bridge.probes import ProbeError, token_type_ids
+
+    processor = AutoProcessor.from_pretrained(zoo("idefics2"))
+    out = processor(text=["hi <image> there"], images=[[Image.new("RGB", (64, 48))]], return_tensors="pt", return_mm_token_type_ids=True)
+    assert "mm_token_type_ids" not in out
+    ids, types = out["input_ids"][0].tolist(), token_type_ids(out, processor)[0].tolist()
+    assert sorted({(i, t) for i, t in zip(ids, types) if t}) == [(processor.image_token_id, 1)]
+    assert types.count(1) == processor.image_seq_len
+    assert make_probe(processor).failures == {"image": "PlaceholderError: the processor dropped or changed the text after the placeholder"}
+    processor.image_token_id = None
+    with pytest.raises(ProbeError, match="lists no multimodal tokens") as raised:
+        token_type_ids(out, processor)
+    assert str(raised.value) == errors.no_token_types(processor)
