@@ -10,7 +10,9 @@ name) and Gemma 4 (per-layer head_dim; a video processor that samples 32 frames 
 refuses fewer, which the engine's video budget must ask for; per-layer token embeddings
 carried to the decoder, `token_inputs.py`; an audio tower that feeds linears transposed
 views) and Gemma 4 Unified (image tokens attending both ways, said only by its text
-config, on the CPU through `cpu_media_attention.py`). Each is built from transformers' default config and processor classes alone.
+config, on the CPU through `cpu_media_attention.py`) and Video-LLaVA (a processor that
+returns no token types but lists its image and video tokens, which hf_bridge types by;
+the in-tree backend cannot start it). Each is built from transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -37,6 +39,7 @@ CASES = {
     "aria": ["one_image"],
     "gemma4": ["one_image", "text_only", "audio"],
     "gemma4_unified": ["two_images"],
+    "video_llava": ["two_images", "video"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3}

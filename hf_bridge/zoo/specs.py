@@ -585,7 +585,7 @@ _register(
         make_config=_idefics2_config,
         make_processor=_idefics2_processor,
         special_tokens=["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
-        notes="Its processor returns no mm_token_type_ids: hf_bridge refuses it with a clear error.",
+        notes="Its processor returns no mm_token_type_ids (hf_bridge types its listed image token) and writes a space after each image, which vLLM's prompt update cannot: routed to the in-tree backend.",
         servable=False,
     )
 )
