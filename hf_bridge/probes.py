@@ -53,10 +53,26 @@ AUDIO_SECONDS = 1.0
 """The length of a blank clip (any length a feature extractor takes)."""
 
 
+DEFAULT_SAMPLING_RATE = 16_000
+"""Hz, for a feature extractor that names no `sampling_rate` (speech models' usual rate)."""
+
+
+def audio_extractor(processor: Any) -> Any:
+    """The processor's audio sub-processor (`feature_extractor`, or `audio_processor`), if any."""
+    return getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
+
+
+def audio_sampling_rate(processor: Any) -> int:
+    """The rate, in Hz, the feature extractor takes audio at: vLLM resamples each request's
+    clip to it, and a clip sampled at it reaches transformers and vLLM alike."""
+    rate = getattr(audio_extractor(processor), "sampling_rate", None)
+    return int(rate) if isinstance(rate, (int, float)) and rate > 0 else DEFAULT_SAMPLING_RATE
+
+
 def longest_audio_seconds(processor: Any) -> float:
     """The longest clip the feature extractor takes whole (Whisper-style `chunk_length`,
     `n_samples`), where it says; else `AUDIO_SECONDS`."""
-    extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
+    extractor = audio_extractor(processor)
     rate = getattr(extractor, "sampling_rate", None)
     samples = getattr(extractor, "n_samples", None)
     if isinstance(samples, int) and isinstance(rate, int) and rate > 0:
@@ -139,8 +155,7 @@ def blank_items(processor: Any, modality: str, count: int, shape: BlankShape, se
             items["video_metadata"] = [video_metadata(shape.frames) for _ in range(count)]
         return items
     if modality == "audio":
-        extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
-        rate = int(getattr(extractor, "sampling_rate", 16000))
+        rate = audio_sampling_rate(processor)
         return {"audio": [np.zeros(int(rate * seconds), dtype=np.float32) for _ in range(count)]}
     raise ValueError(f"hf_bridge cannot make a blank {modality} item to probe the processor with")
 

@@ -34,6 +34,7 @@ from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalData
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
 from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
+from .audio_resampling import installed_resampler
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, frames_asked_for, longest_audio_seconds, needs_video_metadata
 from .side_features import has_side_features
 from .token_inputs import media_need_token_ids
@@ -146,9 +147,11 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         super().validate_num_items(modality, num_items)
 
     def get_data_parser(self) -> MultiModalDataParser:
-        """vLLM's parser for this processor, taking embedding items as dicts too (`embeds.py`)."""
+        """vLLM's parser for this processor, taking embedding items as dicts too (`embeds.py`),
+        resampling audio with a method that is installed (`audio_resampling.py`)."""
         parser = super().get_data_parser()
         parser.__class__ = embeds.DictEmbeddingParser  # adds one branch; every setting kept
+        parser.audio_resampler.method = installed_resampler(parser.audio_resampler.method)
         return parser
 
     def parse_mm_data(self, mm_data, *, validate: bool = True):

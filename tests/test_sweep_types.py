@@ -105,3 +105,31 @@ def test_per_layer_token_inputs_in_compiled_mode(generic_checkpoints, engines):
     for name in ("one_image", "text_only", "two_images"):
         (reference,) = references(model_dir, [cases[name]])
         assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+
+
+@pytest.mark.engine
+def test_audio_at_another_rate_is_resampled(generic_checkpoints, engines):
+    """vLLM resamples a clip to the feature extractor's rate with torchaudio, which the CPU
+    recipe has not; vLLM 0.32 then failed the request with `PackageNotFoundError: No
+    package metadata was found for vllm`. hf_bridge hands its parser scipy
+    (`audio_resampling.py`): a clip at half GLM-ASR's rate gives exactly the prompt and
+    tokens of the same clip resampled beforehand, so it was resampled, not read as a
+    clip half as long."""
+    from transformers import AutoProcessor
+    from vllm import SamplingParams
+    from vllm.multimodal.audio import resample_audio_scipy
+
+    from hf_bridge.probes import audio_sampling_rate
+
+    model_dir = generic_checkpoints["glmasr"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    rate = audio_sampling_rate(processor)
+    clip = parity.test_audio(seconds=1.0, sampling_rate=rate // 2)
+    prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
+    requests = [(clip, rate // 2), (resample_audio_scipy(clip, orig_sr=rate // 2, target_sr=rate), rate)]
+    low, resampled = (llm.generate({"prompt": prompt, "multi_modal_data": {"audio": a}}, SamplingParams(max_tokens=8, temperature=0))[0] for a in requests)
+    assert low.prompt_token_ids == resampled.prompt_token_ids
+    assert low.outputs[0].token_ids == resampled.outputs[0].token_ids
+    half_as_long = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, rate)}}, SamplingParams(max_tokens=8, temperature=0))[0]
+    assert len(half_as_long.prompt_token_ids) < len(low.prompt_token_ids)

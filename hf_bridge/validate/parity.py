@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..probes import needs_video_metadata, video_metadata
+from ..probes import DEFAULT_SAMPLING_RATE, audio_sampling_rate, needs_video_metadata, video_metadata
 
 ATOL = 1e-3
 """Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
@@ -88,9 +88,9 @@ class Case:
             return [read_video(path) for path in self.video_files]
         return [test_video(seed=7 + i) for i in range(self.num_videos)]
 
-    @property
-    def audios(self) -> list[np.ndarray]:
-        return [test_audio(seconds=1.0 + 0.5 * i, seed=i + 1) for i in range(self.num_audios)]
+    def audios(self, sampling_rate: int) -> list[np.ndarray]:
+        """The clips, sampled at `sampling_rate` (the feature extractor's: nothing resamples them)."""
+        return [test_audio(seconds=1.0 + 0.5 * i, seed=i + 1, sampling_rate=sampling_rate) for i in range(self.num_audios)]
 
     @property
     def media_counts(self) -> dict[str, int]:
@@ -149,14 +149,10 @@ def test_video(num_frames: int = 4, width: int = 112, height: int = 112, seed: i
     return np.stack(frames)
 
 
-AUDIO_SAMPLING_RATE = 16_000
-"""Test clips are sampled as speech models expect (the feature extractors' default)."""
-
-
-def test_audio(seconds: float = 1.0, seed: int = 1) -> np.ndarray:
-    """A deterministic clip: a rising tone plus noise, float32 at `AUDIO_SAMPLING_RATE`."""
+def test_audio(seconds: float = 1.0, seed: int = 1, sampling_rate: int = DEFAULT_SAMPLING_RATE) -> np.ndarray:
+    """A deterministic clip: a rising tone plus noise, float32 at `sampling_rate`."""
     rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * AUDIO_SAMPLING_RATE)) / AUDIO_SAMPLING_RATE
+    t = np.arange(int(seconds * sampling_rate)) / sampling_rate
     tone = 0.5 * np.sin(2 * np.pi * (200 + 300 * seed) * t * (1 + t))
     return (tone + 0.05 * rng.normal(size=t.shape)).astype(np.float32)
 
@@ -222,7 +218,7 @@ def _call(processor, text: str, case: Case, **extra):
         if needs_video_metadata(processor):
             kwargs["video_metadata"] = [video_metadata(len(v)) for v in kwargs["videos"]]
     if case.num_audios:
-        kwargs["audio"] = case.audios
+        kwargs["audio"] = case.audios(audio_sampling_rate(processor))
     try:
         return processor(text=[text], **kwargs, **extra)
     except ValueError:
@@ -301,7 +297,8 @@ def vllm_request(processor, case: Case) -> dict:
             videos = [(v, {**video_metadata(len(v)), "do_sample_frames": True}) for v in videos]
         mm["video"] = videos if case.num_videos > 1 else videos[0]
     if case.num_audios:
-        audios = [(a, AUDIO_SAMPLING_RATE) for a in case.audios]
+        rate = audio_sampling_rate(processor)
+        audios = [(a, rate) for a in case.audios(rate)]
         mm["audio"] = audios if case.num_audios > 1 else audios[0]
     if mm:
         request["multi_modal_data"] = mm
