@@ -105,16 +105,22 @@ def test_inspect_reads_a_trusted_checkpoints_processor(own_code):
     assert f"{PREFIX}LlavaProcessor" in str(shown) and "image 0: positions" in str(shown), shown
 
 
+def trusted_reference(model_dir, case):
+    """transformers' result for `case` on a checkpoint whose code is trusted, checked not
+    degenerate and well conditioned, with the checkpoint's own processor."""
+    with remote_code_trusted(True):
+        (reference,) = references(model_dir, [case])
+        assert not parity.is_degenerate(reference.tokens), reference.tokens
+        assert_well_conditioned(model_dir, case, reference)
+        return reference, load_processor(model_dir)
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize(("arch", "case"), [(a, c) for a in ("qwen2_vl", "gemma3") for c in CASES[a]])
 def test_own_code_keeps_parity(arch, case, own_code, engines):
     model_dir = own_code[arch]
     the_case = parity.standard_cases(64)[case]
-    with remote_code_trusted(True):
-        (reference,) = references(model_dir, [the_case])
-        assert not parity.is_degenerate(reference.tokens), reference.tokens
-        assert_well_conditioned(model_dir, the_case, reference)
-        processor = load_processor(model_dir)
+    reference, processor = trusted_reference(model_dir, the_case)
     limits = {"image": 2, "video": 1} if arch == "qwen2_vl" else {"image": 2}
     llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt=limits)
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
@@ -128,11 +134,7 @@ def test_own_model_classes_under_a_transformers_config_keep_parity(case, own_cod
     transformers' LLaVA head for this config: log-probs off by up to 3.2)."""
     model_dir = own_code[TRANSFORMERS_CONFIG]
     the_case = parity.standard_cases(64)[case]
-    with remote_code_trusted(True):
-        (reference,) = references(model_dir, [the_case])
-        assert not parity.is_degenerate(reference.tokens), reference.tokens
-        assert_well_conditioned(model_dir, the_case, reference)
-        processor = load_processor(model_dir)
+    reference, processor = trusted_reference(model_dir, the_case)
     llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt={"image": 2})
     assert type(llm.model_config.hf_config).__module__.startswith("transformers.models.llava")
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
