@@ -116,6 +116,16 @@ def media_not_served_per_layer_inputs(modality: str, processor: Any) -> str:
     )
 
 
+def modality_not_encodable(modality: str, model_class: str, processor: Any) -> str:
+    return (
+        f"hf_bridge does not serve {modality} input for this model: {model_class} has no "
+        f"`get_{modality}_features`, the entry through which hf_bridge (and vLLM's in-tree backend) "
+        f"encode {modality} items; its forward encodes them inline. Text and the model's other "
+        f"inputs are served; remove the {_PLURAL.get(modality, modality)} from the request. "
+        f"({type(processor).__name__})"
+    )
+
+
 def per_layer_inputs_need_one_pipeline_rank(model_class: str, pipeline_size: int) -> str:
     return (
         f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its decoder adds, at every "

@@ -36,15 +36,21 @@ def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hid
     return widen(rows, side_levels(output)) if side_features else rows
 
 
+def features_entry_name(model: Any, modality: str) -> str | None:
+    """The name of the HF model's (or model class's) `get_<modality>_features`; videos fall
+    back to the image entry where the model has no video one: its forward encodes video
+    frames as images (Perception LM). None where it has neither: its forward encodes such
+    items inline (Qwen2-Audio), where no one can call it."""
+    names = (f"get_{modality}_features", "get_image_features") if modality == "video" else (f"get_{modality}_features",)
+    return next((name for name in names if hasattr(model, name)), None)
+
+
 def features_entry(hf_model: torch.nn.Module, modality: str):
-    """The HF model's `get_<modality>_features`. Videos fall back to the image entry where
-    the model has no video one: its forward encodes video frames as images (Perception LM)."""
-    entry = getattr(hf_model, f"get_{modality}_features", None)
-    if entry is None and modality == "video":
-        entry = getattr(hf_model, "get_image_features", None)
-    if entry is None:
+    """The HF model's entry that encodes `modality` (`features_entry_name`)."""
+    name = features_entry_name(hf_model, modality)
+    if name is None:
         raise AttributeError(f"{type(hf_model).__name__} has no get_{modality}_features: hf_bridge cannot encode its {modality} items")
-    return entry
+    return getattr(hf_model, name)
 
 
 def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,8 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUp
 
 from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
 from .audio_resampling import installed_resampler
+from .features import features_entry_name
+from .hf_classes import base_model_class
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, frames_asked_for, longest_audio_seconds, needs_video_metadata
 from .side_features import has_side_features
 from .token_inputs import media_need_token_ids
@@ -109,21 +111,37 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return hasattr(self.get_hf_processor(), "video_processor")
 
     def _get_supported_modalities(self) -> list[str]:
-        """The processor's modalities, minus those hf_bridge cannot probe: each of those
-        is switched off with one warning, and the others keep serving. None for a decoder
-        that reads token ids hf_bridge cannot hand it (`token_inputs.py`): text only."""
+        """The processor's modalities, minus those hf_bridge cannot probe or its HF model
+        cannot encode: each of those is switched off with one warning, and the others keep
+        serving. None for a decoder that reads token ids hf_bridge cannot hand it
+        (`token_inputs.py`): text only."""
         if media_need_token_ids(self.get_hf_config()):
             for modality in super()._get_supported_modalities():
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
             return []
-        failures = self.probes.failures
+        failures, unencodable = self.probes.failures, self.unencodable_modalities
         for modality, why in failures.items():
             logger.warning_once(errors.modality_switched_off(modality, why, self.get_hf_processor()))
-        placeable = [m for m in super()._get_supported_modalities() if m not in failures]
-        if not placeable:
+        for modality, why in unencodable.items():
+            logger.warning_once(why)
+        placeable = [m for m in super()._get_supported_modalities() if m not in failures and m not in unencodable]
+        if not placeable and not unencodable:
             raise ValueError(errors.nothing_placeable(failures, self.get_hf_processor()))
         self._warn_text_only_prompts(placeable)
         return placeable
+
+    @cached_property
+    def unencodable_modalities(self) -> dict[str, str]:
+        """The processor's modalities that the HF model has no entry to encode
+        (`features.features_entry_name`), each with why it is not served."""
+        model_class = base_model_class(self.get_hf_config())
+        if model_class is None:  # no class to ask: the encoder says so if it must
+            return {}
+        return {
+            m: errors.modality_not_encodable(m, model_class.__name__, self.get_hf_processor())
+            for m in super()._get_supported_modalities()
+            if features_entry_name(model_class, m) is None
+        }
 
     def _warn_text_only_prompts(self, modalities: list[str]) -> None:
         """vLLM runs no multimodal processor on a prompt without media, so tokens the HF
@@ -143,6 +161,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             processor = self.get_hf_processor()
             if why is not None:
                 raise ValueError(errors.modality_switched_off(modality, why, processor))
+            if modality in self.unencodable_modalities:
+                raise ValueError(self.unencodable_modalities[modality])
             raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, processor))
         super().validate_num_items(modality, num_items)
 

@@ -141,6 +141,9 @@ RECIPE_OVERRIDES: dict[str, Override] = {
         sub_processors={"image_processor": dict(min_pixels=64 * 64, max_pixels=128 * 128)},
         configure=_emu3,
     ),
+    # its processor takes the tokenizer's `audio_token` over its own default, which its chat
+    # template writes (`<|AUDIO|>`, as real checkpoints' tokenizers leave it)
+    "qwen2_audio": Override(tokenizer_attributes={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}),
 }
 
 
