@@ -10,12 +10,14 @@ package imports; scipy is one of hf_bridge's requirements.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 RESAMPLER_PACKAGES = {"torchaudio": "torchaudio", "scipy": "scipy", "soxr": "soxr", "pyav": "av"}
 """vLLM's resampling methods (`vllm.multimodal.audio.AudioResampler`) and the package each imports."""
 
 
+@functools.cache  # asked for each parser, and vLLM builds one per chat request
 def installed_resampler(preferred: str) -> str:
     """`preferred` (vLLM's choice) where its package is installed, else the first of vLLM's
     other methods that is; `preferred` where none is (vLLM then says what is missing)."""

@@ -1,7 +1,8 @@
 """The sweep: every decoder-only VLM type transformers ships whose processor types its
 multimodal tokens (returns `mm_token_type_ids`, or lists the tokens transformers'
-`create_mm_token_type_ids` types, which hf_bridge then types by), built tiny and checked for parity through hf_bridge, vLLM's
-in-tree Transformers backend (`HF_BRIDGE_DISABLE=1`) and vLLM's native model.
+`create_mm_token_type_ids` types, which hf_bridge then types by), built tiny and checked
+for parity through hf_bridge, vLLM's in-tree Transformers backend (`HF_BRIDGE_DISABLE=1`)
+and vLLM's native model.
 
     .venv/bin/python scripts/sweep.py                      # all types -> COVERAGE.md (about an hour)
     .venv/bin/python scripts/sweep.py --types glm4v,emu3   # re-run some types, keep the others

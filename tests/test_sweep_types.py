@@ -130,11 +130,13 @@ def test_audio_at_another_rate_is_resampled(generic_checkpoints, engines):
     rate = audio_sampling_rate(processor)
     clip = parity.test_audio(seconds=1.0, sampling_rate=rate // 2)
     prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
-    requests = [(clip, rate // 2), (resample_audio_scipy(clip, orig_sr=rate // 2, target_sr=rate), rate)]
-    low, resampled = (llm.generate({"prompt": prompt, "multi_modal_data": {"audio": a}}, SamplingParams(max_tokens=8, temperature=0))[0] for a in requests)
+    def generate(audio):
+        return llm.generate({"prompt": prompt, "multi_modal_data": {"audio": audio}}, SamplingParams(max_tokens=8, temperature=0))[0]
+
+    low, resampled = generate((clip, rate // 2)), generate((resample_audio_scipy(clip, orig_sr=rate // 2, target_sr=rate), rate))
     assert low.prompt_token_ids == resampled.prompt_token_ids
     assert low.outputs[0].token_ids == resampled.outputs[0].token_ids
-    half_as_long = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, rate)}}, SamplingParams(max_tokens=8, temperature=0))[0]
+    half_as_long = generate((clip, rate))
     assert len(half_as_long.prompt_token_ids) < len(low.prompt_token_ids)
 
 
