@@ -65,7 +65,7 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
 
     from hf_bridge.validate import parity
     from hf_bridge.validate.engine import make_llm
-    from hf_bridge.validate.reference import NotApplicable, references, rounding_problems
+    from hf_bridge.validate.reference import NotApplicable, neighbours_diagnosis, references, rounding_problems
 
     processor = AutoProcessor.from_pretrained(model_dir)
     standard = parity.standard_cases(side)
@@ -85,6 +85,8 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
             llm = None  # an in-process engine that raised is rebuilt
             continue
         problems = parity.compare(reference, got)
+        if problems:  # the diagnosis first: the table shows a cell's first problem
+            problems = list(filter(None, [neighbours_diagnosis(model_dir, standard[case], got), *problems]))
         if problems:  # whether transformers' own float32 rounding could explain it
             try:
                 problems += [p for p in rounding_problems(model_dir, [standard[case]], [reference]) if p]
@@ -208,6 +210,7 @@ def render(results: Path) -> str:
         "| type | case | hf_bridge | in-tree | native |",
         "|---|---|---|---|---|",
     ]
+    rows = dict(sorted(rows.items(), key=lambda row: row[0][0]))  # by type (a re-run type's rows come last), cases in run order
     for (model_type, case), impls in rows.items():
         lines.append(f"| {model_type} | {case} | " + " | ".join(_cell(impls.get(i)) for i in IMPLS) + " |")
     passing = {}

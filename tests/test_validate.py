@@ -490,3 +490,79 @@ def test_encoder_problems_name_the_first_row_beyond_tolerance():
     rows[2, 1] += 0.5
     (problem,), _ = stages.encoder_problems(reference, rows)
     assert problem.startswith("rows differ: 4 rows x 3: max |diff| 5.00e-01") and problem.endswith("first row beyond it: 2 of the feature positions")
+
+
+def test_rows_alone_diagnosis_says_whose_rows_a_failure_is():
+    """Given transformers' rows for the items together and each alone: nothing where they
+    agree; where they do not, whether vLLM's rows are the lone items' (then the failure
+    is transformers' batching) or differ from those too (then it is not)."""
+    import numpy as np
+
+    together = np.ones((4, 3))
+    alone = together.copy()
+    alone[0] += 1.0  # the first item's rows change with its neighbour
+    assert stages.rows_alone_diagnosis(together, together, alone) == ""  # transformers agrees with itself
+    explained = stages.rows_alone_diagnosis(together, alone, alone.copy())
+    assert explained.startswith("vLLM's rows are transformers' for each item encoded alone (4 rows x 3: max |diff| 0.00e+00")
+    assert "transformers' rows for the items together are not (4 rows x 3: max |diff| 1.00e+00" in explained
+    assert explained.endswith(stages.NEIGHBOURS_EXPLAINED)
+    neither = alone.copy()
+    neither[3, 2] += 0.5
+    assert stages.rows_alone_diagnosis(together, alone, neither).startswith(
+        "against transformers' rows for each item encoded alone, too: rows differ: 4 rows x 3: max |diff| 5.00e-01")
+    assert stages.items_alone_diagnosis([]) == (
+        f"vLLM matches transformers token for token with each item encoded alone: {stages.NEIGHBOURS_EXPLAINED}")
+    assert stages.items_alone_diagnosis(["prompt ids differ: 3 vs 4 tokens"]) == ""  # it explains nothing
+
+
+def test_items_alone_are_the_processor_output_of_a_one_item_prompt(zoo):
+    """`parity.items_alone` (the items-alone reference's inputs): per item, in prompt order,
+    exactly what the processor makes of a prompt holding that item only."""
+    import torch
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.checkpoint import load_processor
+
+    processor = load_processor(zoo("llava"))
+    case = parity.standard_cases(64)["two_images"]
+    alone = list(parity.items_alone(processor, case, return_tensors="pt"))
+    assert [modality for modality, _ in alone] == ["image", "image"]
+    one_image_prompt = parity.prompt_text(processor, dataclasses.replace(case, num_images=1))
+    for (_, inputs), image in zip(alone, case.images):
+        expected = processor(text=[one_image_prompt], images=[image], return_tensors="pt")
+        assert inputs["input_ids"].tolist() == expected["input_ids"].tolist()
+        assert torch.equal(inputs["pixel_values"], expected["pixel_values"])
+    assert not torch.equal(alone[0][1]["pixel_values"], alone[1][1]["pixel_values"])
+
+
+@pytest.fixture(scope="module")
+def emu3_checkpoint(tmp_path_factory):
+    """Emu3 built by the sweep's shrinker: its processor pads a prompt's images to one size
+    and its VQ encoder (convolutions and attention) reads the padding."""
+    model_dir = tmp_path_factory.mktemp("emu3") / "emu3"
+    code = "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; build_sweep_model('emu3', Path(sys.argv[1]), 0)"
+    done = subprocess.run([sys.executable, "-c", code, str(model_dir)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return model_dir
+
+
+@pytest.mark.engine
+def test_validate_explains_an_encoder_that_reads_its_neighbours_padding(emu3_checkpoint, tmp_path):
+    """Emu3's two images of different sizes: transformers encodes each differently beside
+    the other than alone. hf_bridge encodes each alone, so the two-image case still fails
+    strict parity against transformers, and validate says why, with the proof: vLLM's rows
+    are exactly transformers' for each image alone, and its tokens are transformers' with
+    each image encoded alone. One image passes every stage."""
+    done, report = _validate(emu3_checkpoint, tmp_path, "--cases", "one_image,two_images")
+
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    outcomes = _outcomes(report)
+    assert [outcomes[("hf_bridge", "one_image", s)] for s in stages.STAGES] == [PASS, PASS, PASS]
+    assert [outcomes[("hf_bridge", "two_images", s)] for s in stages.STAGES] == [PASS, FAIL, FAIL]
+    detail = {v["stage"]: v["detail"] for v in report["verdicts"] if v["case"] == "two_images"}
+    rows = re.search(r"vLLM's rows are transformers' for each item encoded alone \(\d+ rows x \d+: max \|diff\| \S+, relative (\S+) ", detail["encoder"])
+    assert rows and float(rows.group(1)) <= stages.ENCODER_RTOL, detail["encoder"]
+    apart = re.search(r"transformers' rows for the items together are not \(\d+ rows x \d+: max \|diff\| \S+, relative (\S+) ", detail["encoder"])
+    assert apart and float(apart.group(1)) > 0.1, detail["encoder"]  # transformers' batching, far beyond rounding
+    assert detail["decoding"].startswith("greedy tokens differ"), detail["decoding"]
+    assert detail["decoding"].endswith(stages.items_alone_diagnosis([])), detail["decoding"]

@@ -125,19 +125,6 @@ def processor_kwargs_json(kwargs: object) -> str:
     return json.dumps(kwargs, sort_keys=True) if kwargs else ""
 
 
-def feature_token_ids(config) -> dict[str, int]:
-    """The token the HF model fills with each modality's encoder rows, where its config
-    names one (`image_token_id` / `image_token_index`, likewise video and audio)."""
-    found = {}
-    for modality in ("image", "video", "audio"):
-        for field in (f"{modality}_token_id", f"{modality}_token_index"):
-            value = getattr(config, field, None)
-            if isinstance(value, int):
-                found[modality] = value
-                break
-    return found
-
-
 # -- in a worker process ------------------------------------------------------------------
 
 
@@ -154,7 +141,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
     positions its items announce against the rows the HF encoder returns, per case."""
     from .. import inspect as inspection
     from . import parity
-    from .encoder import load_rows
+    from .encoder import feature_token_ids, load_rows
 
     row_counts = load_rows(encoder_rows)[1] if encoder_rows is not None else {}
 
@@ -214,14 +201,14 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     `exact_reference`, each decoding verdict also says how far both sides are from
     transformers in float64 (`stages.rounding_diagnosis`)."""
     from . import parity
-    from .encoder import RowCapture, feature_positions, load_rows
+    from .encoder import RowCapture, feature_positions, feature_token_ids, load_rows
     from .engine import make_llm, shutdown
-    from .reference import NotApplicable, references
+    from .reference import NotApplicable, neighbours_diagnosis, references
 
     hf_processor = load_processor(model_dir)
     results = references(model_dir, cases)
     exact = references(model_dir, cases, dtype="float64") if exact_reference else [None] * len(cases)
-    hf_rows = load_rows(encoder_rows)[0] if encoder_rows is not None else {}
+    hf_rows, _, rows_alone = load_rows(encoder_rows) if encoder_rows is not None else ({}, {}, {})
     feature_ids = feature_token_ids(load_config(model_dir))
     limits: dict[str, int] = {}
     for case in cases:
@@ -250,7 +237,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             llm, capture = start()
         if capture is not None:
             positions = feature_positions(got.prompt_ids, feature_ids) if got else []
-            emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised))
+            emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised, rows_alone.get(case.name)))
         if "decoding" in stage_names:
             if isinstance(reference, NotApplicable):
                 emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
@@ -263,6 +250,8 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             else:
                 problems, found = parity.compare(reference, got), ""
             detail = "; ".join(problems) or found
+            if problems and got is not None and not lenient:
+                detail = "; ".join(filter(None, [detail, neighbours_diagnosis(model_dir, case, got)]))
             if isinstance(exact_result, NotApplicable):
                 detail += f"; not measured against float64: transformers fails in float64 ({exact_result.error})"
             elif exact_result is not None and got is not None:
@@ -270,7 +259,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail))
 
 
-def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Verdict:
+def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_alone=None) -> Verdict:
     if not case.media_counts:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, "no media")
     if isinstance(reference, str) or reference is None:
@@ -278,7 +267,9 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None) -> Ve
     if raised:
         return Verdict(impl, case.name, "encoder", FAIL, raised)
     problems, measured = stages.encoder_problems(reference, rows)
-    return Verdict(impl, case.name, "encoder", FAIL if problems else PASS, "; ".join(problems) or measured)
+    if problems and rows_alone is not None:
+        problems.append(stages.rows_alone_diagnosis(reference, rows_alone, rows))
+    return Verdict(impl, case.name, "encoder", FAIL if problems else PASS, "; ".join(filter(None, problems)) or measured)
 
 
 def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None, lenient: bool = False,
@@ -367,7 +358,7 @@ def run(
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
         encoder_rows = None
         if "encoder" in stage_names or "processing" in stage_names:
-            from .encoder import hf_rows_file
+            from .encoder import feature_token_ids, hf_rows_file
 
             encoder_rows = Path(scratch) / "encoder_rows.npz"
             with progress(f"transformers encoder rows for {len(cases)} case(s)"):

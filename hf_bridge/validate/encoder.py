@@ -12,6 +12,7 @@ the in-tree backend and native models.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from . import parity
 
 def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int]):
     """(case name -> the rows transformers' decoder receives at feature-token positions, or
-    the reason there are none; case name -> `encoder_row_count`). Runs in this
-    interpreter: call `hf_rows_file`."""
+    the reason there are none; case name -> `encoder_row_count`; case name -> the rows of
+    its items encoded alone, `rows_of_items_alone`, for cases with several items of a
+    modality). Runs in this interpreter: call `hf_rows_file`."""
     import torch
 
     from .checkpoint import load_processor
@@ -41,6 +43,7 @@ def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[s
     model.get_decoder().register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
     out: dict[str, np.ndarray | str] = {}
     counts: dict[str, int | str] = {}
+    alone: dict[str, np.ndarray] = {}
     for case in cases:
         captured.clear()
         try:
@@ -62,7 +65,76 @@ def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[s
         ids = inputs["input_ids"][0]
         positions = feature_positions(ids.tolist(), feature_ids)
         out[case.name] = captured[0][0][positions].float().numpy()
-    return out, counts
+        if has_neighbours(case):
+            try:
+                alone[case.name] = rows_of_items_alone(model, processor, case).float().numpy()
+            except Exception:  # noqa: BLE001 - only a diagnosis: without it, the rows are compared as they are
+                pass
+    return out, counts, alone
+
+
+def has_neighbours(case: parity.Case) -> bool:
+    """Whether the case holds several items of one modality, which transformers processes
+    and encodes in one call (its processor may pad them to one size)."""
+    return any(count > 1 for count in case.media_counts.values())
+
+
+def rows_of_items_alone(model, processor, case: parity.Case):
+    """The rows transformers' `get_<modality>_features` gives the case's items when each is
+    processed and encoded alone (`parity.items_alone`), in prompt order: what it gives
+    them in a one-item prompt, and what hf_bridge, which processes, caches and encodes
+    every item on its own, places."""
+    import torch
+
+    from ..features import encode
+
+    hidden = model.config.get_text_config().hidden_size
+    rows = []
+    for modality, inputs in parity.items_alone(processor, case, return_tensors="pt"):
+        fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
+        with torch.no_grad():
+            rows.append(encode(model.base_model, modality, fields, hidden))
+    return torch.cat(rows)
+
+
+@contextlib.contextmanager
+def rows_placed_alone(model, processor, case: parity.Case):
+    """While open, the model's decoder receives, at the case's prompt's feature positions,
+    the rows of its items encoded alone (`rows_of_items_alone`) instead of those its forward
+    computed for them together: transformers as it runs each item in a one-item prompt,
+    everything else as in the case's own prompt. Raises where the counts differ."""
+    prompt_ids = parity.hf_inputs(processor, case)["input_ids"][0].tolist()
+    positions = feature_positions(prompt_ids, feature_token_ids(model.config))
+    rows = rows_of_items_alone(model, processor, case)
+    if rows.shape[0] != len(positions):
+        raise ValueError(f"the items encoded alone give {rows.shape[0]} rows, the prompt has {len(positions)} feature positions")
+
+    def place(module, args, kwargs):
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None or embeds.shape[1] != len(prompt_ids):  # a decoding step, not the prompt
+            return None
+        embeds = embeds.clone()
+        embeds[0, positions] = rows.to(embeds.dtype)
+        return args, {**kwargs, "inputs_embeds": embeds}
+
+    handle = model.get_decoder().register_forward_pre_hook(place, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def feature_token_ids(config) -> dict[str, int]:
+    """The token the HF model fills with each modality's encoder rows, where its config
+    names one (`image_token_id` / `image_token_index`, likewise video and audio)."""
+    found = {}
+    for modality in ("image", "video", "audio"):
+        for field in (f"{modality}_token_id", f"{modality}_token_index"):
+            value = getattr(config, field, None)
+            if isinstance(value, int):
+                found[modality] = value
+                break
+    return found
 
 
 TEXT_FIELDS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "labels"})
@@ -103,13 +175,18 @@ def hf_rows_file(model_dir: str | Path, cases: list[parity.Case], feature_ids: d
         raise RuntimeError(f"transformers' encoder rows could not be computed:\n{done.stderr[-3000:]}")
 
 
-def load_rows(path: Path) -> tuple[dict[str, np.ndarray | str], dict[str, int | str]]:
-    """What `hf_rows_file` saved: (rows or reasons, encoder row counts) per case name."""
+ALONE_PREFIX = "alone:"
+
+
+def load_rows(path: Path) -> tuple[dict[str, np.ndarray | str], dict[str, int | str], dict[str, np.ndarray]]:
+    """What `hf_rows_file` saved: (rows or reasons, encoder row counts, rows of the items
+    encoded alone) per case name."""
     with np.load(path) as saved:
-        rows: dict[str, np.ndarray | str] = {k: saved[k] for k in saved.files if not k.startswith("__")}
+        rows: dict[str, np.ndarray | str] = {k: saved[k] for k in saved.files if not k.startswith(("__", ALONE_PREFIX))}
         rows.update(json.loads(str(saved["__reasons__"])))
         counts = json.loads(str(saved["__counts__"]))
-    return rows, counts
+        alone = {k[len(ALONE_PREFIX):]: saved[k] for k in saved.files if k.startswith(ALONE_PREFIX)}
+    return rows, counts, alone
 
 
 class RowCapture:
@@ -155,8 +232,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
     cases = [parity.Case(**json.loads(key)) for key in args.cases]
-    rows, counts = hf_rows(args.model_dir, cases, json.loads(args.feature_ids))
+    rows, counts, alone = hf_rows(args.model_dir, cases, json.loads(args.feature_ids))
     arrays = {k: v for k, v in rows.items() if isinstance(v, np.ndarray)}
+    arrays.update({ALONE_PREFIX + k: v for k, v in alone.items()})
     reasons = {k: v for k, v in rows.items() if isinstance(v, str)}
     np.savez(args.out, __reasons__=np.array(json.dumps(reasons)), __counts__=np.array(json.dumps(counts)), **arrays)
 

@@ -208,8 +208,12 @@ def hf_inputs(processor, case: Case, **extra):
     return _call(processor, prompt_text(processor, case), case, return_tensors="pt", **extra)
 
 
-def _call(processor, text: str, case: Case, **extra):
-    extra = {**case.mm_processor_kwargs, **extra}
+MEDIA_ARGUMENTS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
+"""The processor's keyword arguments that carry each modality's items, one entry per item."""
+
+
+def media_kwargs(processor, case: Case) -> dict[str, list]:
+    """The case's items as the processor takes them (`MEDIA_ARGUMENTS`), flat lists."""
     kwargs: dict[str, Any] = {}
     if case.num_images:
         kwargs["images"] = case.images
@@ -219,12 +223,34 @@ def _call(processor, text: str, case: Case, **extra):
             kwargs["video_metadata"] = [video_metadata(len(v)) for v in kwargs["videos"]]
     if case.num_audios:
         kwargs["audio"] = case.audios(audio_sampling_rate(processor))
+    return kwargs
+
+
+def items_alone(processor, case: Case, **extra):
+    """Each of the case's items processed alone, in prompt order: (its modality, the
+    processor's output for a one-item prompt of that item), as a transformers user
+    processes a prompt with that item only."""
+    media = media_kwargs(processor, case)
+    for modality, count in case.media_counts.items():
+        only = {f"num_{m}s": int(m == modality) for m in MEDIA_ARGUMENTS}
+        one_item = dataclasses.replace(case, image_files=(), video_files=(), **only)
+        text = prompt_text(processor, one_item)
+        for index in range(count):
+            item = {key: [media[key][index]] for key in MEDIA_ARGUMENTS[modality] if key in media}
+            yield modality, _call_with(processor, text, item, {**case.mm_processor_kwargs, **extra})
+
+
+def _call(processor, text: str, case: Case, **extra):
+    return _call_with(processor, text, media_kwargs(processor, case), {**case.mm_processor_kwargs, **extra})
+
+
+def _call_with(processor, text: str, media: dict[str, list], extra: dict[str, Any]):
     try:
-        return processor(text=[text], **kwargs, **extra)
+        return processor(text=[text], **media, **extra)
     except ValueError:
-        if not kwargs:
+        if not media:
             raise
-        nested = {k: [v] for k, v in kwargs.items()}
+        nested = {k: [v] for k, v in media.items()}
         return processor(text=[text], **nested, **extra)
 
 

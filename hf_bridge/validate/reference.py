@@ -10,6 +10,7 @@ process is not plain transformers any more (hf_bridge decorates a twin instead:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -28,19 +29,22 @@ class NotApplicable:
     error: str
 
 
-def references(model_dir: str | Path, cases: list[parity.Case], dtype: str = "float32") -> list[parity.Result | NotApplicable]:
+def references(model_dir: str | Path, cases: list[parity.Case], dtype: str = "float32",
+               items_alone: bool = False) -> list[parity.Result | NotApplicable]:
     """Reference results for `cases`, cached beside the model. `dtype="float64"` gives the
     exact reference the float32 one's rounding is measured against (`parity.rounding_error`);
-    `"bfloat16"` the one an engine in bfloat16 is judged against, by `parity.compare_lenient`."""
+    `"bfloat16"` the one an engine in bfloat16 is judged against, by `parity.compare_lenient`.
+    `items_alone`: transformers with each item encoded alone (`encoder.rows_placed_alone`)."""
     model_dir = Path(model_dir)
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     if cache.pop("harness", None) != _harness_digest():
         cache = {}  # the reference recipe changed: recompute everything
-    keys = {c.key(): _cache_key(c, dtype) for c in cases}
+    keys = {c.key(): _cache_key(c, dtype, items_alone) for c in cases}
     missing = [case_key for case_key, key in keys.items() if key not in cache]
     if missing:
-        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", "--dtype", dtype, str(model_dir), *missing]
+        variant = ["--items-alone"] if items_alone else []
+        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", "--dtype", dtype, *variant, str(model_dir), *missing]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
@@ -66,8 +70,22 @@ def rounding_problems(model_dir: str | Path, cases: list[parity.Case], results: 
     return problems
 
 
-def _cache_key(case: parity.Case, dtype: str) -> str:
-    return case.key() if dtype == "float32" else f"{dtype} {case.key()}"  # float32 keys read as before
+def neighbours_diagnosis(model_dir: str | Path, case: parity.Case, got: parity.Result) -> str:
+    """For a case vLLM fails: where it holds several items of a modality, whether vLLM
+    matches transformers with each item encoded alone (`stages.items_alone_diagnosis`);
+    "" for other cases, or where transformers cannot run that."""
+    from .encoder import has_neighbours
+    from .stages import items_alone_diagnosis
+
+    if not has_neighbours(case):
+        return ""
+    (alone,) = references(model_dir, [case], items_alone=True)
+    return "" if isinstance(alone, NotApplicable) else items_alone_diagnosis(parity.compare(alone, got))
+
+
+def _cache_key(case: parity.Case, dtype: str, items_alone: bool = False) -> str:
+    key = case.key() if dtype == "float32" else f"{dtype} {case.key()}"  # float32 keys read as before
+    return f"items alone {key}" if items_alone else key
 
 
 def _harness_digest() -> str:
@@ -76,18 +94,22 @@ def _harness_digest() -> str:
 
     from . import reference
 
-    source = inspect.getsource(parity) + inspect.getsource(reference)
+    from . import encoder
+
+    source = inspect.getsource(parity) + inspect.getsource(reference) + inspect.getsource(encoder)
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
+    parser.add_argument("--items-alone", action="store_true", help="encode each item alone (`encoder.rows_placed_alone`)")
     parser.add_argument("model_dir")
     parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
     args = parser.parse_args(argv)
 
     from .checkpoint import load_processor
+    from .encoder import rows_placed_alone
 
     processor = load_processor(args.model_dir)
     model = parity.load_generation_model(args.model_dir, args.dtype)
@@ -95,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     for key in args.cases:
         case = parity.Case(**json.loads(key))
         try:
-            result = parity.hf_reference(args.model_dir, case, model=model, processor=processor)
+            with rows_placed_alone(model, processor, case) if args.items_alone else contextlib.nullcontext():
+                result = parity.hf_reference(args.model_dir, case, model=model, processor=processor)
             results[key] = dataclasses.asdict(result)
         except Exception as exc:  # recorded: transformers' own error makes the case N/A
             results[key] = {"error": f"{type(exc).__name__}: {exc}"}

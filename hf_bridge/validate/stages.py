@@ -148,6 +148,36 @@ def encoder_problems(reference, rows, rtol: float = ENCODER_RTOL) -> tuple[list[
     return [f"rows differ: {measured}; first row beyond it: {first} of the feature positions"], measured
 
 
+NEIGHBOURS_EXPLAINED = (
+    "transformers' result for an item depends on the items processed with it (as when a processor pads "
+    "them to one size and the encoder reads the padding); hf_bridge processes, caches and encodes each "
+    "item alone, as transformers does in a one-item prompt"
+)
+
+
+def rows_alone_diagnosis(together, alone, rows) -> str:
+    """What transformers' rows for the items encoded alone (`alone`) say of a failed encoder
+    comparison between its rows for them together (`together`) and vLLM's (`rows`); ""
+    where transformers gives the same rows either way, so nothing is explained."""
+    apart, between = encoder_problems(together, alone)
+    if not apart:
+        return ""
+    differ, measured = encoder_problems(alone, rows)
+    if differ:
+        return f"against transformers' rows for each item encoded alone, too: {differ[0]}"
+    return (f"vLLM's rows are transformers' for each item encoded alone ({measured}); transformers' rows for the "
+            f"items together are not ({between}): {NEIGHBOURS_EXPLAINED}")
+
+
+def items_alone_diagnosis(problems: Sequence[str]) -> str:
+    """What a decoding comparison against transformers with each item encoded alone
+    (`problems`, empty where vLLM matches it) says of a failed multi-item case: ""
+    where vLLM fails that too, so it explains nothing."""
+    if problems:
+        return ""
+    return f"vLLM matches transformers token for token with each item encoded alone: {NEIGHBOURS_EXPLAINED}"
+
+
 def rounding_diagnosis(reference, exact, candidate, failed: bool) -> str:
     """What transformers in float64 (`exact`) says of a decoding comparison between its
     float32 `reference` and vLLM's `candidate` (`parity.Result`s): how far each is from
