@@ -66,6 +66,35 @@ def remote_generation_class(config) -> type | None:
     return None
 
 
+def transformers_own_config(config, model_config):
+    """The checkpoint's config as transformers itself loads it, where vLLM loaded it as a
+    class of its own: vLLM registers its own config class for some model types transformers
+    also ships (Qwen3-ASR, MiniMax-M3-VL, Cosmos3-Edge), which transformers' `AutoModel`
+    does not know or builds without fields its modules read. Read from the checkpoint with
+    vLLM's `model_config` (path, revision) and the user's `hf_overrides`, as vLLM applies
+    them. None where `config` is transformers' own class, the checkpoint's own trusted
+    code, or of a model type transformers does not ship."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    name = CONFIG_MAPPING_NAMES.get(getattr(config, "model_type", ""))
+    own_class = getattr(transformers, name, None) if isinstance(name, str) else None
+    if own_class is None or type(config) is own_class or trusts_own_code(config):
+        return None
+    own = own_class.from_pretrained(model_config.hf_config_path or model_config.model, revision=model_config.revision,
+                                    token=getattr(model_config, "hf_token", None))
+    overrides = model_config.hf_overrides
+    if callable(overrides):
+        return overrides(own)
+    for key, value in (overrides or {}).items():
+        nested = getattr(own, key, None)
+        if isinstance(nested, transformers.PreTrainedConfig) and isinstance(value, dict):
+            nested.update(value)
+        else:
+            setattr(own, key, value)
+    return own
+
+
 def forward_takes(cls: type | None, argument: str) -> bool:
     """Whether `cls.forward` names `argument` (one that `**kwargs` would swallow does not count)."""
     return cls is not None and argument in inspect.signature(cls.forward).parameters

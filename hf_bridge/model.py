@@ -50,7 +50,7 @@ from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
 from .head import HFLogitsHead
 from .moe import HFBridgeMoEMixin
-from .hf_classes import forward_takes
+from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import SideFeatures, configured_levels, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
@@ -162,6 +162,16 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def _vllm_layout(self, weights):
         """Where vLLM's replacement layers store a tensor differently from the HF module."""
         return weights
+
+    def _patch_config(self):
+        """The HF model is built from the config transformers loads, where vLLM loaded the
+        checkpoint's as a class of its own (`hf_classes.transformers_own_config`)."""
+        own = transformers_own_config(self.config, self.model_config)
+        if own is not None:
+            logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
+                        self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
+            self.config, self.text_config = own, own.get_text_config()
+        super()._patch_config()
 
     @cached_property
     def _pre_trained_model_classes(self):

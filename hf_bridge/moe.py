@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from vllm.model_executor.models.transformers.moe import MoEMixin
 
+from . import errors
+
+VLLM_TOP_K_FIELDS = ("num_experts_per_tok", "top_k")
+"""The experts-per-token fields vLLM's `MoEMixin` reads."""
 TOP_K_FIELDS = ("moe_topk", "moe_k")
 """Experts-per-token fields vLLM's `MoEMixin` does not read (it reads `num_experts_per_tok`
 and `top_k`): Aria's `moe_topk`, Ernie 4.5's `moe_k`."""
@@ -19,6 +23,10 @@ class HFBridgeMoEMixin(MoEMixin):
 
     def recursive_replace(self):
         name_top_k(self.text_config)
+        if all(getattr(self.text_config, f, None) is None for f in VLLM_TOP_K_FIELDS):
+            fields = VLLM_TOP_K_FIELDS + TOP_K_FIELDS
+            raise ValueError(errors.experts_without_top_k(self.model_config.get_num_experts(), fields, self.text_config,
+                                                          self.model_config.hf_config))
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
             f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
@@ -39,7 +47,7 @@ class HFBridgeMoEMixin(MoEMixin):
 def name_top_k(text_config) -> None:
     """Give `num_experts_per_tok` the value a config keeps under another name (the HF model
     is built already; only vLLM's MoE layer reads it)."""
-    if getattr(text_config, "num_experts_per_tok", None) is None and getattr(text_config, "top_k", None) is None:
+    if all(getattr(text_config, f, None) is None for f in VLLM_TOP_K_FIELDS):
         value = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
         if value is not None:
             text_config.num_experts_per_tok = value

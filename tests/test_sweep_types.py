@@ -14,7 +14,10 @@ config, on the CPU through `cpu_media_attention.py`) and Video-LLaVA (a processo
 returns no token types but lists its image and video tokens, which hf_bridge types by;
 the in-tree backend cannot start it) and Qwen2-Audio (a base model that encodes audio
 inside its forward, with no `get_audio_features`: text is served, audio switched off;
-the in-tree backend cannot load its nested language model). Each is built from transformers' default config and processor classes alone.
+the in-tree backend cannot load its nested language model) and Qwen3-ASR (vLLM loads
+its config as a class of its own, which transformers' `AutoModel` builds without an
+`audio_config`: hf_bridge builds the HF model from transformers' own; the in-tree backend
+cannot start it). Each is built from transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -42,9 +45,11 @@ CASES = {
     "gemma4": ["one_image", "text_only", "audio"],
     "gemma4_unified": ["two_images"],
     "video_llava": ["two_images", "video"],
+    "qwen3_asr": ["audio"],
 }
-TYPES = [*CASES, "qwen2_audio"]
-"""Qwen2-Audio's text parity runs in its own test, which also reads its start-up warning."""
+TYPES = [*CASES, "qwen2_audio", "cosmos3_edge"]
+"""Qwen2-Audio's text parity runs in its own test, which also reads its start-up warning;
+Cosmos3-Edge's refusal runs in its own test."""
 SEEDS = {"deepseek_vl": 3}
 """The seed the sweep's own search (`scripts/sweep.py`: the first seed whose every case is
 non-degenerate and well-conditioned) settles on, so the test runs the checkpoint that
@@ -166,3 +171,49 @@ def test_a_modality_the_model_cannot_encode_is_switched_off_and_text_served(gene
     assert not parity.is_degenerate(reference.tokens), reference.tokens
     assert_well_conditioned(model_dir, cases["text_only"], reference)
     assert parity.compare(reference, parity.vllm_result(llm, processor, cases["text_only"])) == []
+
+
+def test_the_hf_model_is_built_from_transformers_own_config(generic_checkpoints):
+    """vLLM registers config classes of its own for some model types transformers ships
+    (Qwen3-ASR's has neither `audio_config` nor `audio_token_id`).
+    `transformers_own_config` gives the config transformers loads, with the user's
+    `hf_overrides` applied as vLLM applies them (nested ones into the sub-config); nothing
+    for a config that is transformers' own."""
+    import types
+
+    from transformers import AutoConfig, Qwen3ASRConfig
+    from vllm.transformers_utils.config import get_config
+
+    from hf_bridge.hf_classes import transformers_own_config
+
+    model_dir = generic_checkpoints["qwen3_asr"]
+    loaded_by_vllm = get_config(str(model_dir), trust_remote_code=False)
+    assert type(loaded_by_vllm).__module__.startswith("vllm.")
+    assert not {"audio_config", "audio_token_id"} & set(loaded_by_vllm.to_dict())
+    overrides = {"architectures": ["HFBridgeForConditionalGeneration"], "text_config": {"rms_norm_eps": 1e-3}}
+    model_config = types.SimpleNamespace(model=str(model_dir), hf_config_path=None, revision=None, hf_overrides=overrides)
+    own = transformers_own_config(loaded_by_vllm, model_config)
+    on_disk = Qwen3ASRConfig.from_pretrained(model_dir)
+    assert type(own) is Qwen3ASRConfig
+    assert own.audio_token_id == on_disk.audio_token_id
+    assert own.audio_config.to_dict() == on_disk.audio_config.to_dict()
+    assert own.architectures == ["HFBridgeForConditionalGeneration"] and own.text_config.rms_norm_eps == 1e-3
+    assert transformers_own_config(on_disk, model_config) is None
+    llava = AutoConfig.for_model("llava")
+    assert transformers_own_config(llava, model_config) is None
+
+
+@pytest.mark.engine
+def test_a_checkpoint_vllm_reads_as_another_layout_is_refused_clearly(generic_checkpoints):
+    """vLLM's own config class for Cosmos3-Edge reads a transformers-format checkpoint as
+    mixture-of-experts (8 experts by its defaults), while transformers' says dense: the
+    engine refuses to start with a message naming both and the way out, not the bare
+    `AssertionError` of vLLM's MoE layer."""
+    code = ("import os, sys; os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'] = '0'; "
+            "from hf_bridge.validate.engine import make_llm; make_llm(sys.argv[1], model_impl='transformers')")
+    done = subprocess.run([sys.executable, "-c", code, str(generic_checkpoints["cosmos3_edge"])], capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert ("ValueError: vLLM counts 8 experts in this checkpoint, but the HF text config (Cosmos3EdgeTextConfig) names no "
+            "experts-per-token count (num_experts_per_tok, top_k, moe_topk, moe_k), so vLLM's fused-MoE layer cannot be "
+            "built. vLLM read the checkpoint with its own Cosmos3EdgeConfig, which describes another layout than "
+            "transformers' config; serve it with model_impl=\"vllm\", which reads it that way.") in done.stderr, done.stderr[-3000:]
