@@ -166,7 +166,12 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def _patch_config(self):
         """The HF model is built from the config transformers loads, where vLLM loaded the
         checkpoint's as a class of its own (`hf_classes.transformers_own_config`)."""
-        own = transformers_own_config(self.config, self.model_config)
+        try:
+            own = transformers_own_config(self.config, self.model_config)
+        except Exception as error:  # noqa: BLE001 - vLLM's class stays, as in the in-tree backend
+            logger.warning("hf_bridge keeps vLLM's %s: transformers' own config class cannot read this checkpoint (%s: %s)",
+                           type(self.config).__name__, type(error).__name__, error)
+            own = None
         if own is not None:
             logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)

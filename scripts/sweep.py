@@ -210,7 +210,8 @@ def render(results: Path) -> str:
         "| type | case | hf_bridge | in-tree | native |",
         "|---|---|---|---|---|",
     ]
-    rows = dict(sorted(rows.items(), key=lambda row: row[0][0]))  # by type (a re-run type's rows come last), cases in run order
+    # by type, so a re-run type (its results appended last) keeps its place; cases in run order
+    rows = dict(sorted(rows.items(), key=lambda row: row[0][0]))
     for (model_type, case), impls in rows.items():
         lines.append(f"| {model_type} | {case} | " + " | ".join(_cell(impls.get(i)) for i in IMPLS) + " |")
     passing = {}
