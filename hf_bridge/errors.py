@@ -126,12 +126,12 @@ def modality_not_encodable(modality: str, model_class: str, processor: Any) -> s
     )
 
 
-def experts_without_top_k(num_experts: int, fields: tuple[str, ...], text_config: Any, vllm_config: Any) -> str:
+def experts_without_top_k(num_experts: int, fields: tuple[str, ...], text_config: Any, vllm_loaded_as: str | None) -> str:
     """vLLM resolved a mixture-of-experts class, but the config the HF model is built from
-    says how many experts each token takes under none of the names read."""
-    differ = type(vllm_config).__module__.split(".")[0] != type(text_config).__module__.split(".")[0]
-    why = (f" vLLM read the checkpoint with its own {type(vllm_config).__name__}, which describes another layout "
-           f"than transformers' config; serve it with model_impl=\"vllm\", which reads it that way.") if differ else (
+    says how many experts each token takes under none of the names read. `vllm_loaded_as`:
+    vLLM's own config class, where hf_bridge built the HF model from transformers' instead."""
+    why = (f" vLLM read the checkpoint with its own {vllm_loaded_as}, which describes another layout "
+           f"than transformers' config; serve it with model_impl=\"vllm\", which reads it that way.") if vllm_loaded_as else (
         " Name the count in the checkpoint's text config (hf_overrides={\"text_config\": {\"num_experts_per_tok\": K}}).")
     return (f"vLLM counts {num_experts} experts in this checkpoint, but the HF text config "
             f"({type(text_config).__name__}) names no experts-per-token count ({', '.join(fields)}), "

@@ -22,11 +22,11 @@ class HFBridgeMoEMixin(MoEMixin):
     first in its own `TransformersMultiModalMoE...` classes."""
 
     def recursive_replace(self):
-        name_top_k(self.text_config)
-        if all(getattr(self.text_config, f, None) is None for f in VLLM_TOP_K_FIELDS):
-            fields = VLLM_TOP_K_FIELDS + TOP_K_FIELDS
-            raise ValueError(errors.experts_without_top_k(self.model_config.get_num_experts(), fields, self.text_config,
-                                                          self.model_config.hf_config))
+        if name_top_k(self.text_config) is None:
+            vllm_config = self.model_config.hf_config  # another object where hf_bridge built from transformers' own
+            loaded_as = None if self.config is vllm_config else type(vllm_config).__name__
+            raise ValueError(errors.experts_without_top_k(self.model_config.get_num_experts(), VLLM_TOP_K_FIELDS + TOP_K_FIELDS,
+                                                          self.text_config, loaded_as))
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
             f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
@@ -44,10 +44,13 @@ class HFBridgeMoEMixin(MoEMixin):
             yield name, tensor.transpose(1, 2) if transposed else tensor
 
 
-def name_top_k(text_config) -> None:
-    """Give `num_experts_per_tok` the value a config keeps under another name (the HF model
-    is built already; only vLLM's MoE layer reads it)."""
-    if all(getattr(text_config, f, None) is None for f in VLLM_TOP_K_FIELDS):
-        value = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
-        if value is not None:
-            text_config.num_experts_per_tok = value
+def name_top_k(text_config) -> int | None:
+    """The experts-per-token count vLLM's MoE layer reads, given to `num_experts_per_tok`
+    where the config keeps it under another name (the HF model is built already; only
+    vLLM's layer reads it); None where the config names none."""
+    named = next((getattr(text_config, f) for f in VLLM_TOP_K_FIELDS if getattr(text_config, f, None) is not None), None)
+    if named is None:
+        named = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
+        if named is not None:
+            text_config.num_experts_per_tok = named
+    return named
