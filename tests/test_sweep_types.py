@@ -25,6 +25,8 @@ in place (Cohere2's among them), and that module builds plain HF heads in-proces
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -143,6 +145,41 @@ def test_audio_at_another_rate_is_resampled(generic_checkpoints, engines):
     assert low.outputs[0].token_ids == resampled.outputs[0].token_ids
     half_as_long = generate((clip, rate))
     assert len(half_as_long.prompt_token_ids) < len(low.prompt_token_ids)
+
+
+@pytest.mark.engine
+def test_validate_takes_the_users_own_audio_file(generic_checkpoints, engines, tmp_path):
+    """`hf-bridge validate --audio` (and `"audios"` in a cases file): the user's stereo WAV
+    at 44.1 kHz, resampled once to GLM-ASR's rate and given to both sides, keeps strict
+    parity; the clip is the file's, not the synthetic one (its length sets the prompt's),
+    and the report plays exactly those samples."""
+    import io
+
+    import numpy as np
+    from scipy.io import wavfile
+    from transformers import AutoProcessor
+
+    from hf_bridge.probes import audio_sampling_rate
+    from hf_bridge.validate import command
+
+    model_dir = generic_checkpoints["glmasr"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    seconds = 2.5
+    stereo = np.stack([parity.test_audio(seconds, seed=5, sampling_rate=44100)] * 2, axis=1)
+    wavfile.write(tmp_path / "talk.wav", 44100, np.round(stereo.clip(-1, 1) * 32767).astype(np.int16))
+    (tmp_path / "cases.jsonl").write_text(json.dumps({"name": "talk", "prompt": "Transcribe.", "audios": ["talk.wav"]}) + "\n")
+    from_flag, from_file = command.selected_cases(model_dir, None, "Transcribe.", audios=[str(tmp_path / "talk.wav")],
+                                                  cases_file=tmp_path / "cases.jsonl")
+    assert dataclasses.replace(from_flag, name="talk") == from_file
+    synthetic = parity.standard_cases(64)["audio"]
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    (reference, reference_synthetic) = references(model_dir, [from_file, synthetic])
+    assert len(reference.prompt_ids) > len(reference_synthetic.prompt_ids)  # 2.5 s against 1 s
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    assert parity.compare(reference, parity.vllm_result(llm, processor, from_file)) == []
+    (wav,) = command.case_wavs(str(model_dir), [synthetic, from_file])["talk"]  # what the report plays
+    rate, played = wavfile.read(io.BytesIO(wav))
+    assert rate == audio_sampling_rate(processor) and np.array_equal(played, from_file.audios(rate)[0])
 
 
 @pytest.mark.engine

@@ -236,14 +236,18 @@ def test_report_shows_itself_as_text_and_html():
     verdicts = [
         Verdict("hf_bridge", "one_image", "processing", PASS),
         Verdict("intree", "one_image", "decoding", FAIL, "greedy tokens differ: [1] vs [2]"),
+        Verdict("hf_bridge", "audio", "decoding", PASS),
     ]
-    report = Report("/m", verdicts, images={"one_image": [b"png"]}, strips={("hf_bridge", "one_image"): "<i>strip</i>"})
+    report = Report("/m", verdicts, images={"one_image": [b"png"]}, strips={("hf_bridge", "one_image"): "<i>strip</i>"},
+                    audios={"audio": [b"wav"]})
     assert report.exit_code == 1
     assert repr(report).endswith("a stage failed (named above)")
     assert "[decoding] intree / one_image: fail: greedy tokens differ" in repr(report)
     shown = report._repr_html_()
     assert OUTCOME_COLOURS[FAIL] in shown and OUTCOME_COLOURS[PASS] in shown
     assert 'src="data:image/png;base64,cG5n"' in shown and "<i>strip</i>" in shown
+    assert '<audio controls title="audio clip 0" src="data:audio/wav;base64,d2F2"></audio>' in shown
+    assert "no media" not in shown.split("<h3>case audio</h3>")[1]
     assert json.loads(report.to_json())["exit_code"] == 1
     assert report.page().startswith("<!DOCTYPE html>")
 
@@ -293,16 +297,57 @@ def test_user_cases_from_files_and_jsonl(zoo, tmp_path):
     "line, message",
     [
         ({"name": "x", "images": ["missing.png"]}, "cases.jsonl:1: no such media file"),
-        ({"name": "x", "image": ["a.png"]}, "cases.jsonl:1: unknown key(s) image; keys are name, prompt, images, videos, mm_processor_kwargs"),
+        ({"name": "x", "image": ["a.png"]}, "cases.jsonl:1: unknown key(s) image; keys are name, prompt, images, videos, audios, mm_processor_kwargs"),
+        ({"name": "x", "audios": ["noise.wav"]}, "noise.wav: not a WAV file scipy reads (File format b'nois' not understood"),
+        ({"name": "x", "audios": ["talk.mp3"]}, "talk.mp3: only WAV files are read without soundfile; convert it to WAV"),
         ({"name": "x", "mm_processor_kwargs": ["size"]}, "cases.jsonl:1: mm_processor_kwargs must be a JSON object of the processor's keyword arguments"),
     ],
 )
-def test_bad_user_cases_are_refused_with_their_line(tmp_path, line, message):
+def test_bad_user_cases_are_refused_with_their_line(tmp_path, monkeypatch, line, message):
     from hf_bridge.validate import command
 
+    (tmp_path / "noise.wav").write_bytes(b"noise, not RIFF")
+    (tmp_path / "talk.mp3").write_bytes(b"ID3")
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # as in the CPU recipe, whatever this machine has
     (tmp_path / "cases.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(SystemExit, match=re.escape(message)):
         command.cases_from_file(tmp_path / "cases.jsonl")
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint8", "int32", "float32"])
+def test_an_audio_file_is_read_as_vllm_reads_and_resamples_a_clip(tmp_path, dtype):
+    """A stereo WAV at 22.05 kHz, as PCM of each width scipy writes or as float: its
+    channels averaged, scaled to [-1, 1] and resampled to the feature extractor's rate
+    exactly as vLLM's scipy resampler does; a file already at that rate is kept sample
+    for sample. The case keeps the file through its key, as a worker rebuilds it."""
+    import numpy as np
+    from scipy.io import wavfile
+    from vllm.multimodal.audio import resample_audio_scipy
+
+    from hf_bridge.validate import parity
+
+    left, right = parity.test_audio(seconds=0.5, seed=1, sampling_rate=22050), parity.test_audio(seconds=0.5, seed=2, sampling_rate=22050)
+    stereo = np.stack([left, right], axis=1).clip(-1, 1)
+    if dtype == "float32":
+        stored, full_scale = stereo.astype(np.float32), stereo.astype(np.float32)
+    else:
+        info = np.iinfo(dtype)
+        half = (info.max - info.min + 1) / 2
+        offset = half if info.min == 0 else 0
+        stored = np.round(stereo * (half - 1) + offset).astype(dtype)
+        full_scale = (stored.astype(np.float64) - offset) / half
+    wavfile.write(tmp_path / "clip.wav", 22050, stored)
+    case = parity.Case.from_files("mine", "Transcribe.", audios=[str(tmp_path / "clip.wav")])
+    assert (case.num_audios, case.media_counts) == (1, {"audio": 1})
+    (clip,) = case.audios(16000)
+    expected = resample_audio_scipy(full_scale.mean(axis=1), orig_sr=22050, target_sr=16000)
+    assert clip.dtype == np.float32 and clip.shape == expected.shape == (8000,)
+    np.testing.assert_allclose(clip, expected, atol=1e-6)
+    assert abs(clip).max() > 0.3  # scaled to full range, not to the type's raw values
+    wavfile.write(tmp_path / "at_rate.wav", 16000, stored)
+    (kept,) = parity.Case.from_files("kept", "Transcribe.", audios=[str(tmp_path / "at_rate.wav")]).audios(16000)
+    np.testing.assert_allclose(kept, full_scale.mean(axis=1), atol=1e-6)
+    assert parity.Case(**json.loads(case.key())) == case
 
 
 def test_processor_kwargs_reach_both_processors_in_every_case_that_sets_none(zoo, tmp_path):
@@ -375,11 +420,18 @@ def test_cases_after_two_that_raised_run_on_a_sound_engine(zoo, tmp_path):
 
 
 def test_media_the_processor_does_not_take_is_refused(zoo, tmp_path):
-    from hf_bridge.validate import command
+    from scipy.io import wavfile
+
+    from hf_bridge.validate import command, parity
 
     _write_media(tmp_path)
     with pytest.raises(SystemExit, match="case 'user' has video input, which this checkpoint's processor does not take"):
         command.selected_cases(zoo("mistral3"), videos=[str(tmp_path / "clip.mp4")])
+    wavfile.write(tmp_path / "clip.wav", 16000, parity.test_audio())
+    with pytest.raises(SystemExit, match="case 'user' has audio input, which this checkpoint's processor does not take"):
+        command.selected_cases(zoo("mistral3"), audios=[str(tmp_path / "clip.wav")])
+    with pytest.raises(SystemExit, match=re.escape("hf-bridge validate: no such media file: ") + ".*missing.wav"):
+        command.selected_cases(zoo("mistral3"), audios=[str(tmp_path / "missing.wav")])
 
 
 @pytest.mark.engine

@@ -47,8 +47,9 @@ def selected_cases(
     videos: Sequence[str] = (),
     cases_file: str | Path | None = None,
     mm_processor_kwargs: dict[str, Any] | None = None,
+    audios: Sequence[str] = (),
 ) -> list:
-    """The cases to run: the user's own (`images`/`videos` with `text`, and each line of
+    """The cases to run: the user's own (`images`/`videos`/`audios` with `text`, and each line of
     `cases_file`), then the standard cases named, or, without cases of the user's, every
     standard case this checkpoint's processor can run (with the user's text where given).
     `mm_processor_kwargs` go to the processor in every case that sets none of its own."""
@@ -58,8 +59,11 @@ def selected_cases(
 
     available = cases_of(model_dir, VALIDATE_CASES)
     own = []
-    if images or videos:
-        own.append(parity.Case.from_files("user", text or parity.Case.text, images, videos))
+    if images or videos or audios:
+        try:
+            own.append(parity.Case.from_files("user", text or parity.Case.text, images, videos, audios))
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(f"hf-bridge validate: {error}") from None
     if cases_file:
         own += cases_from_file(cases_file)
     takes = {VALIDATE_CASES[c] for c in available}
@@ -86,13 +90,13 @@ def selected_cases(
     return cases
 
 
-CASE_FILE_KEYS = ("name", "prompt", "images", "videos", "mm_processor_kwargs")
+CASE_FILE_KEYS = ("name", "prompt", "images", "videos", "audios", "mm_processor_kwargs")
 
 
 def cases_from_file(path: str | Path) -> list:
     """Cases from a JSONL file: one object per line, `{"name": ..., "prompt": ...,
-    "images": [paths], "videos": [paths], "mm_processor_kwargs": {...}}`; paths relative
-    to the file."""
+    "images": [paths], "videos": [paths], "audios": [paths], "mm_processor_kwargs": {...}}`;
+    paths relative to the file."""
     import dataclasses
 
     from . import parity
@@ -107,7 +111,7 @@ def cases_from_file(path: str | Path) -> list:
             unknown = set(entry) - set(CASE_FILE_KEYS)
             if unknown:
                 raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}; keys are {', '.join(CASE_FILE_KEYS)}")
-            resolve = [str(path.parent / p) for p in entry.get("images", [])], [str(path.parent / p) for p in entry.get("videos", [])]
+            resolve = [[str(path.parent / p) for p in entry.get(key, [])] for key in ("images", "videos", "audios")]
             case = parity.Case.from_files(entry.get("name", f"line{number}"), entry.get("prompt", parity.Case.text), *resolve)
             if "mm_processor_kwargs" in entry:
                 case = dataclasses.replace(case, processor_kwargs=processor_kwargs_json(entry["mm_processor_kwargs"]))
@@ -335,6 +339,7 @@ def run(
     exact_reference: bool = False,
     mm_processor_kwargs: dict[str, Any] | None = None,
     trust_remote_code: bool = False,
+    audios: Sequence[str] = (),
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
@@ -343,7 +348,8 @@ def run(
     from it; `mm_processor_kwargs` go to both processors in every case (as vLLM's
     `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
     `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
-    flag of that name does."""
+    flag of that name does; `audios` are audio files of the user's case, beside `images`
+    and `videos`."""
     from ..progress import progress
     from .checkpoint import checkpoint_dir
 
@@ -354,8 +360,8 @@ def run(
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
     with remote_code_trusted(trust_remote_code), tempfile.TemporaryDirectory() as scratch:
         refuse_untrusted_code(model_dir, "hf-bridge validate")
-        cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs)
-        report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases})
+        cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios)
+        report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
         encoder_rows = None
         if "encoder" in stage_names or "processing" in stage_names:
             from .encoder import feature_token_ids, hf_rows_file
@@ -394,6 +400,27 @@ def case_pngs(case) -> list[bytes]:
     return pngs
 
 
+def case_wavs(model_dir: str, cases) -> dict[str, list[bytes]]:
+    """Each audio case's clips as WAV, the samples both sides get (at the feature
+    extractor's rate), so the report plays what was tested."""
+    import io
+
+    from scipy.io import wavfile
+
+    from ..probes import audio_sampling_rate
+
+    if not any(c.num_audios for c in cases):
+        return {}
+    rate = audio_sampling_rate(load_processor(model_dir))
+    wavs: dict[str, list[bytes]] = {}
+    for case in cases:
+        for clip in case.audios(rate) if case.num_audios else ():
+            buffer = io.BytesIO()
+            wavfile.write(buffer, rate, clip)
+            wavs.setdefault(case.name, []).append(buffer.getvalue())
+    return wavs
+
+
 def json_object(text: str) -> dict[str, Any]:
     """A command-line JSON object, refused with the reason."""
     try:
@@ -408,7 +435,7 @@ def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
         args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
-        args.trust_remote_code,
+        args.trust_remote_code, args.audio or (),
     )
     print(report)
     if args.json:
@@ -437,9 +464,14 @@ def add_parser(sub) -> None:
     v.add_argument("--stages", default=",".join(stages.STAGES), help="comma-separated stages to run")
     v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(VALIDATE_CASES)})")
     v.add_argument("--prompt", help="the user's text in every case, instead of each case's own")
-    v.add_argument("--image", action="append", metavar="PATH", help="your own image (repeatable): one case of your images, videos and --prompt, run instead of the standard cases unless --cases names some")
+    v.add_argument("--image", action="append", metavar="PATH", help="your own image (repeatable): one case of your images, videos, audio files and --prompt, run instead of the standard cases unless --cases names some")
     v.add_argument("--video", action="append", metavar="PATH", help="your own video file (repeatable; read with OpenCV), in that case")
-    v.add_argument("--cases-file", metavar="JSONL", help='your own cases, one JSON object per line: {"name": ..., "prompt": ..., "images": [...], "videos": [...], "mm_processor_kwargs": {...}} (paths relative to the file)')
+    v.add_argument(
+        "--audio", action="append", metavar="PATH",
+        help="your own audio file (repeatable; WAV, or any format soundfile reads where installed), in that case, "
+        "resampled once to the feature extractor's rate for both sides",
+    )
+    v.add_argument("--cases-file", metavar="JSONL", help='your own cases, one JSON object per line: {"name": ..., "prompt": ..., "images": [...], "videos": [...], "audios": [...], "mm_processor_kwargs": {...}} (paths relative to the file)')
     v.add_argument(
         "--mm-processor-kwargs", type=json_object, metavar="JSON",
         help='keyword arguments for the HF processor in every case (one of --cases-file sets its own), as vLLM\'s '

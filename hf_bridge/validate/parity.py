@@ -33,9 +33,9 @@ TOP_K = 5
 class Case:
     """One prompt, defined by plain parameters so it can be rebuilt in another process.
 
-    Its media are the user's files where given (`image_files`, `video_files`), else
-    deterministic: image i is a textured `side`-based image of seed i+1, audio clip i a
-    chirp with noise of seed i+1.
+    Its media are the user's files where given (`image_files`, `video_files`,
+    `audio_files`), else deterministic: image i is a textured `side`-based image of seed
+    i+1, audio clip i a chirp with noise of seed i+1.
     """
 
     name: str
@@ -53,24 +53,31 @@ class Case:
     processor_kwargs: str = ""
     """Keyword arguments for the HF processor call, as JSON (`mm_processor_kwargs`): given
     to transformers' processor and, per request, to vLLM's."""
+    audio_files: tuple[str, ...] = ()
 
     def __post_init__(self):
-        for name in ("image_files", "video_files", "image_shape"):  # lists, once the case went through JSON
+        for name in ("image_files", "video_files", "audio_files", "image_shape"):  # lists, once the case went through JSON
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @classmethod
-    def from_files(cls, name: str, text: str, images: Sequence[str] = (), videos: Sequence[str] = ()) -> Case:
-        """A case of the user's own image and video files (absolute paths are kept)."""
+    def from_files(
+        cls, name: str, text: str, images: Sequence[str] = (), videos: Sequence[str] = (), audios: Sequence[str] = ()
+    ) -> Case:
+        """A case of the user's own image, video and audio files (absolute paths are kept)."""
         import hashlib
 
-        paths = [str(Path(p).expanduser().resolve()) for p in (*images, *videos)]
+        resolved = [tuple(str(Path(p).expanduser().resolve()) for p in files) for files in (images, videos, audios)]
+        paths = [p for files in resolved for p in files]
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise FileNotFoundError(f"no such media file: {', '.join(missing)}")
         digest = hashlib.sha256(b"".join(Path(p).read_bytes() for p in paths)).hexdigest()[:16]
+        image_files, video_files, audio_files = resolved
+        for path in audio_files:  # refused now, not in a worker minutes later
+            _audio_samples(path)
         return cls(
-            name, num_images=len(images), num_videos=len(videos), text=text,
-            image_files=tuple(paths[: len(images)]), video_files=tuple(paths[len(images) :]), media_digest=digest,
+            name, num_images=len(images), num_videos=len(videos), num_audios=len(audios), text=text,
+            image_files=image_files, video_files=video_files, audio_files=audio_files, media_digest=digest,
         )
 
     @property
@@ -89,7 +96,10 @@ class Case:
         return [test_video(seed=7 + i) for i in range(self.num_videos)]
 
     def audios(self, sampling_rate: int) -> list[np.ndarray]:
-        """The clips, sampled at `sampling_rate` (the feature extractor's: nothing resamples them)."""
+        """The clips, sampled at `sampling_rate` (the feature extractor's: neither side
+        resamples them again); the user's files resampled to it once, here."""
+        if self.audio_files:
+            return [read_audio(path, sampling_rate) for path in self.audio_files]
         return [test_audio(seconds=1.0 + 0.5 * i, seed=i + 1, sampling_rate=sampling_rate) for i in range(self.num_audios)]
 
     @property
@@ -109,7 +119,7 @@ class Case:
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
-        for name in ("num_audios", "image_files", "video_files", "media_digest", "image_shape", "processor_kwargs"):
+        for name in ("num_audios", "image_files", "video_files", "media_digest", "image_shape", "processor_kwargs", "audio_files"):
             if not fields[name]:  # keys of cases without them read as before they existed
                 del fields[name]
         return json.dumps(fields, sort_keys=True)
@@ -131,6 +141,48 @@ def read_video(path: str) -> np.ndarray:
     if not frames:
         raise ValueError(f"{path}: OpenCV read no frames (not a video, or a codec it lacks)")
     return np.stack(frames)
+
+
+def read_audio(path: str, sampling_rate: int) -> np.ndarray:
+    """An audio file as float32 mono samples at `sampling_rate`: channels averaged and
+    resampled with scipy's polyphase filter, as vLLM reads and resamples a clip where
+    torchaudio is missing."""
+    from math import gcd
+
+    from scipy import signal
+
+    samples, file_rate = _audio_samples(path)
+    if samples.ndim == 2:  # (frames, channels)
+        samples = samples.mean(axis=1)
+    if file_rate != sampling_rate:
+        common = gcd(file_rate, sampling_rate)
+        samples = signal.resample_poly(samples, sampling_rate // common, file_rate // common)
+    return samples.astype(np.float32)
+
+
+def _audio_samples(path: str) -> tuple[np.ndarray, int]:
+    """The file's samples as float64 in [-1, 1], and its rate: WAV through scipy, other
+    formats through soundfile where it is installed. Raises ValueError naming the fix."""
+    if Path(path).suffix.lower() == ".wav":
+        from scipy.io import wavfile
+
+        try:
+            file_rate, samples = wavfile.read(path)
+        except ValueError as error:  # scipy's message does not name the file
+            raise ValueError(f"{path}: not a WAV file scipy reads ({error})") from None
+        if samples.dtype.kind in "iu":  # PCM: full scale is the type's range; unsigned (8-bit) centred on half of it
+            half_range = 2.0 ** (8 * samples.dtype.itemsize - 1)
+            samples = (samples - half_range * (samples.dtype.kind == "u")) / half_range
+    else:
+        try:
+            import soundfile
+        except ImportError:
+            raise ValueError(f"{path}: only WAV files are read without soundfile; convert it to WAV "
+                             "(e.g. ffmpeg -i IN -ar 16000 OUT.wav) or pip install soundfile") from None
+        samples, file_rate = soundfile.read(path, always_2d=False)
+    if np.asarray(samples).size == 0:
+        raise ValueError(f"{path}: the file holds no audio samples")
+    return np.asarray(samples, dtype=np.float64), int(file_rate)
 
 
 def test_image(width: int, height: int, seed: int):
@@ -233,7 +285,7 @@ def items_alone(processor, case: Case, **extra):
     media = media_kwargs(processor, case)
     for modality, count in case.media_counts.items():
         only = {f"num_{m}s": int(m == modality) for m in MEDIA_ARGUMENTS}
-        one_item = dataclasses.replace(case, image_files=(), video_files=(), **only)
+        one_item = dataclasses.replace(case, image_files=(), video_files=(), audio_files=(), **only)
         text = prompt_text(processor, one_item)
         for index in range(count):
             item = {key: [media[key][index]] for key in MEDIA_ARGUMENTS[modality] if key in media}

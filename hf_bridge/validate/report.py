@@ -1,9 +1,9 @@
 """Pure: a validation's verdicts as a report for people and machines.
 
 The same report prints as the terminal table (`repr`), shows itself in a notebook
-(`_repr_html_`), writes one self-contained HTML page (`page`: images inlined, no scripts,
-nothing fetched) and JSON. Per case it holds the test images and, per implementation,
-the prompt as that implementation's processor placed it (the token strip of
+(`_repr_html_`), writes one self-contained HTML page (`page`: images and audio inlined,
+no scripts, nothing fetched) and JSON. Per case it holds the test images and clips and,
+per implementation, the prompt as that implementation's processor placed it (the token strip of
 `hf_bridge.display`, coloured text / embedding / grid padding).
 """
 
@@ -30,6 +30,8 @@ class Report:
     verdicts: list[Verdict]
     images: dict[str, list[bytes]] = field(default_factory=dict)
     """Case -> its test images (video: its frames) as PNG."""
+    audios: dict[str, list[bytes]] = field(default_factory=dict)
+    """Case -> its clips as WAV, at the rate both sides read them."""
     strips: dict[tuple[str, str], str] = field(default_factory=dict)
     """(impl, case) -> the HTML of the prompt as that implementation's processor placed it."""
 
@@ -59,21 +61,16 @@ class Report:
         ]
         for case in cases:
             sections.append(f"<h3>case {esc(case)}</h3>")
-            images = self.images.get(case, [])
-            if images:
-                sections.append(
-                    '<div class="images">'
-                    + "".join(
-                        f'<img alt="{esc(case)} image {i}" src="data:image/png;base64,{base64.b64encode(png).decode()}" '
-                        'style="max-height:160px;margin:4px;border:1px solid #999">'
-                        for i, png in enumerate(images)
-                    )
-                    + "</div>"
-                )
+            images, clips = self.images.get(case, []), self.audios.get(case, [])
+            sections += _inlined("images", images, lambda i, png: (
+                f'<img alt="{esc(case)} image {i}" src="{_data_url("image/png", png)}" '
+                'style="max-height:160px;margin:4px;border:1px solid #999">'))
+            sections += _inlined("audios", clips, lambda i, wav: (
+                f'<audio controls title="{esc(case)} clip {i}" src="{_data_url("audio/wav", wav)}"></audio>'))
             strips = [(impl, self.strips[impl, case]) for impl in impls if (impl, case) in self.strips]
             for impl, strip in strips:
                 sections.append(f'<div class="strip" data-impl="{esc(impl)}"><p>{esc(impl)}:</p>{strip}</div>')
-            if not images and not strips:
+            if not images and not clips and not strips:
                 sections.append("<p>no media: a plain text prompt</p>")
         return "<div>" + "".join(sections) + "</div>"
 
@@ -86,6 +83,15 @@ class Report:
             " table{border-collapse:collapse}</style></head>"
             f"<body>{self._repr_html_()}</body></html>"
         )
+
+
+def _data_url(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def _inlined(kind: str, media: Sequence[bytes], element) -> list[str]:
+    """One `<div class=kind>` of `element(i, data)` per item; nothing without items."""
+    return [f'<div class="{kind}">' + "".join(element(i, data) for i, data in enumerate(media)) + "</div>"] if media else []
 
 
 def _verdict_table(verdicts: Sequence[Verdict]) -> str:
