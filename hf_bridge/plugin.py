@@ -162,10 +162,12 @@ def _probe_placement(model_config) -> dict[str, str] | None:
     from vllm.transformers_utils.processor import get_processor
 
     from .probes import ProcessorProbe
+    from .processing import hf_processor_class
 
     try:
         processor = get_processor(
-            model_config.model, revision=model_config.revision, trust_remote_code=model_config.trust_remote_code
+            model_config.model, revision=model_config.revision, trust_remote_code=model_config.trust_remote_code,
+            processor_cls=hf_processor_class(model_config.model, model_config.revision),
         )
     except Exception as exc:  # noqa: BLE001 - vLLM's own backend reports this itself
         return {"processor": f"{type(exc).__name__}: {exc}"}

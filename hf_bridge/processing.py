@@ -70,6 +70,24 @@ object's id and the engine's processor kwargs, most recent last; a few kept, for
 processes that build several engines."""
 
 
+def hf_processor_class(model: str, revision: str | None) -> type:
+    """The class to load the checkpoint's processor with: transformers' own where vLLM
+    registers a class of its own under the name the checkpoint's processor config gives
+    (vLLM's `InklingProcessor` has no `from_pretrained`; its `Cosmos3EdgeProcessor` is
+    not transformers'), else `ProcessorMixin` (vLLM picks, as for the in-tree backend:
+    also for a processor of the checkpoint's own code, `auto_map`)."""
+    import transformers
+    from transformers import ProcessorMixin
+    from vllm.transformers_utils import processors
+    from vllm.transformers_utils.processor import get_processor_config
+
+    config = get_processor_config(model, revision=revision or "main")
+    name = config.get("processor_class")
+    shadowed = name in getattr(processors, "__all__", ()) and "auto_map" not in config
+    own = getattr(transformers, name, None) if shadowed else None
+    return own if isinstance(own, type) and issubclass(own, ProcessorMixin) else ProcessorMixin
+
+
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
@@ -77,6 +95,14 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         super().__init__(ctx)
         self._counted: dict[tuple, int] = {}
         """Placeholder lengths of blank items, by (modality, width, height, frames)."""
+
+    @cached_property
+    def _processor_class(self) -> type:
+        return hf_processor_class(self.ctx.model_config.model, self.ctx.model_config.revision)
+
+    def get_hf_processor(self, **kwargs: object):
+        """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`)."""
+        return self.ctx.get_hf_processor(self._processor_class, **kwargs)
 
     @cached_property
     def probes(self) -> ProcessorProbe:

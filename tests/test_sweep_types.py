@@ -240,6 +240,43 @@ def test_the_hf_model_is_built_from_transformers_own_config(generic_checkpoints)
     assert transformers_own_config(llava, model_config) is None
 
 
+@pytest.mark.parametrize(("processor_config", "expected"), [
+    ({"processor_class": "InklingProcessor"}, "InklingProcessor"),  # vLLM's has no from_pretrained
+    ({"processor_class": "Cosmos3EdgeProcessor"}, "Cosmos3EdgeProcessor"),
+    ({"processor_class": "InklingProcessor", "auto_map": {"AutoProcessor": "own.InklingProcessor"}}, "ProcessorMixin"),
+    ({"processor_class": "LlavaProcessor"}, "ProcessorMixin"),  # vLLM registers none of its own
+    ({"processor_class": "Step3VLProcessor"}, "ProcessorMixin"),  # vLLM's own, transformers ships none
+    (None, "ProcessorMixin"),
+])
+def test_the_processor_is_transformers_own_where_vllm_registers_one_under_its_name(tmp_path, processor_config, expected):
+    """vLLM's processor registry shadows transformers' class of the same name (its
+    `InklingProcessor` cannot even load a checkpoint); hf_bridge asks vLLM for
+    transformers' own there, and leaves every other checkpoint to vLLM's choice."""
+    import transformers
+
+    from hf_bridge.processing import hf_processor_class
+
+    if processor_config is not None:
+        (tmp_path / "processor_config.json").write_text(json.dumps(processor_config))
+    chosen = hf_processor_class(str(tmp_path), None)
+    assert chosen.__name__ == expected
+    assert chosen is getattr(transformers, expected)
+
+
+def test_vllm_loads_transformers_own_processor_when_asked(generic_checkpoints):
+    """Through vLLM's own loader, as the engine's processing info calls it: vLLM's choice
+    for Cosmos3-Edge is its own class; with `hf_processor_class`, transformers'."""
+    from vllm.transformers_utils.processor import get_processor
+
+    from hf_bridge.processing import hf_processor_class
+
+    model_dir = str(generic_checkpoints["cosmos3_edge"])
+    assert type(get_processor(model_dir)).__module__.startswith("vllm.")
+    own = get_processor(model_dir, processor_cls=hf_processor_class(model_dir, None))
+    assert type(own).__module__ == "transformers.models.cosmos3_edge.processing_cosmos3_edge"
+    assert type(own.image_processor).__module__.startswith("transformers.")
+
+
 @pytest.mark.engine
 def test_a_checkpoint_vllm_reads_as_another_layout_is_refused_clearly(generic_checkpoints):
     """vLLM's own config class for Cosmos3-Edge reads a transformers-format checkpoint as
