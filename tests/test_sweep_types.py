@@ -240,6 +240,29 @@ def test_the_hf_model_is_built_from_transformers_own_config(generic_checkpoints)
     assert transformers_own_config(llava, model_config) is None
 
 
+@pytest.mark.engine
+def test_a_config_transformers_own_class_cannot_read_keeps_vllms_class(generic_checkpoints, tmp_path):
+    """Where transformers' config class refuses a checkpoint that vLLM's own class reads
+    (a Qwen3-ASR whose audio config names a model type transformers does not know;
+    vLLM's class has no audio config to read), hf_bridge warns and keeps vLLM's class, as
+    the in-tree backend does, and the start fails only where that class cannot build the
+    HF model, with its cause named."""
+    from hf_bridge.zoo.variant import variant
+
+    original = generic_checkpoints["qwen3_asr"]
+    audio_config = json.loads((original / "config.json").read_text())["audio_config"]
+    broken = variant(original, tmp_path / "qwen3_asr-unknown-audio", config={"audio_config": {**audio_config, "model_type": "no_such_model"}})
+    code = ("import os, sys; os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'] = '0'; "
+            "from hf_bridge.validate.engine import make_llm; make_llm(sys.argv[1], model_impl='transformers')")
+    done = subprocess.run([sys.executable, "-c", code, str(broken)], capture_output=True, text=True, timeout=600)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert ("hf_bridge keeps vLLM's Qwen3ASRConfig: transformers' own config class cannot read this checkpoint "
+            "(KeyError: 'no_such_model')") in log, log[-3000:]
+    assert ("RuntimeError: transformers' AutoModel cannot build this Qwen3ASRConfig: 'Qwen3ASRConfig' object has no "
+            "attribute 'audio_config'") in log, log[-3000:]
+
+
 @pytest.mark.parametrize(("processor_config", "expected"), [
     ({"processor_class": "InklingProcessor"}, "InklingProcessor"),  # vLLM's has no from_pretrained
     ({"processor_class": "Cosmos3EdgeProcessor"}, "Cosmos3EdgeProcessor"),
