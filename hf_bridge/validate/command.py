@@ -403,22 +403,13 @@ def case_pngs(case) -> list[bytes]:
 def case_wavs(model_dir: str, cases) -> dict[str, list[bytes]]:
     """Each audio case's clips as WAV, the samples both sides get (at the feature
     extractor's rate), so the report plays what was tested."""
-    import io
-
-    from scipy.io import wavfile
-
     from ..probes import audio_sampling_rate
+    from ..server import wav_bytes
 
     if not any(c.num_audios for c in cases):
         return {}
     rate = audio_sampling_rate(load_processor(model_dir))
-    wavs: dict[str, list[bytes]] = {}
-    for case in cases:
-        for clip in case.audios(rate) if case.num_audios else ():
-            buffer = io.BytesIO()
-            wavfile.write(buffer, rate, clip)
-            wavs.setdefault(case.name, []).append(buffer.getvalue())
-    return wavs
+    return {case.name: [wav_bytes(clip, rate) for clip in case.audios(rate)] for case in cases if case.num_audios}
 
 
 def json_object(text: str) -> dict[str, Any]:

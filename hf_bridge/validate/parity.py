@@ -179,7 +179,10 @@ def _audio_samples(path: str) -> tuple[np.ndarray, int]:
         except ImportError:
             raise ValueError(f"{path}: only WAV files are read without soundfile; convert it to WAV "
                              "(e.g. ffmpeg -i IN -ar 16000 OUT.wav) or pip install soundfile") from None
-        samples, file_rate = soundfile.read(path, always_2d=False)
+        try:
+            samples, file_rate = soundfile.read(path, always_2d=False)
+        except RuntimeError as error:  # soundfile's LibsndfileError
+            raise ValueError(f"{path}: not an audio file soundfile reads ({error})") from None
     if np.asarray(samples).size == 0:
         raise ValueError(f"{path}: the file holds no audio samples")
     return np.asarray(samples, dtype=np.float64), int(file_rate)
