@@ -105,6 +105,15 @@ def modality_switched_off(modality: str, why: str, processor: Any) -> str:
     )
 
 
+def largest_item_not_processed(modality: str, size: str, processor: Any, error: BaseException, counted: int) -> str:
+    cause = error.__cause__ or error
+    return (
+        f"hf_bridge profiles {modality} items with {type(processor).__name__}'s own count ({counted} tokens): "
+        f"the processor could not process the largest blank {modality} ({size}; {type(cause).__name__}: {cause}), "
+        f"whose placeholder hf_bridge counts too. A {modality} the processor cannot process is refused with its error."
+    )
+
+
 def media_not_served_per_layer_inputs(modality: str, processor: Any) -> str:
     return (
         f"hf_bridge does not serve {modality} input for this model: its decoder adds per-layer "

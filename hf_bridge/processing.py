@@ -228,9 +228,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return count if count is not None else self._count_from_output("video", size, num_frames)
 
     def get_max_image_tokens(self) -> int:
-        # Processor counts may leave out markers; the profile must cover the whole range.
         size = self.get_image_size_with_most_features()
-        return max(super().get_max_image_tokens(), self._count_from_output("image", size))
+        return self._at_least_counted("image", super().get_max_image_tokens(), size)
 
     def get_num_frames_with_most_features(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
         """vLLM's count, raised to the frames a sampling video processor asks for: it
@@ -243,8 +242,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def get_max_video_tokens(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
         num_frames = self.get_num_frames_with_most_features(seq_len, mm_counts)
         size = self.get_video_size_with_most_features(num_frames)
-        counted = self._get_num_video_tokens(num_frames, size)
-        return max(counted, self._count_from_output("video", size, num_frames))
+        return self._at_least_counted("video", self._get_num_video_tokens(num_frames, size), size, num_frames)
 
     def get_max_audio_tokens(self) -> int:
         """The config's audio length where it names one, and the placeholder of the longest
@@ -259,18 +257,33 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             self._counted[("audio", seconds)] = len(self.probes.probe("audio", item, self.probes.default_kwargs)[1])
         return max(named, self._counted[("audio", seconds)])
 
-    def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
-        """Placeholder length of one blank item of `size`, read off processed output.
+    def _at_least_counted(self, modality: str, counted: int, size: ImageSize, num_frames: int = 1) -> int:
+        """The processor's own count, raised to the placeholder of a blank item of `size`
+        (counts may leave out markers; the profile must cover the whole range). Where the
+        processor cannot process that item (MiniMax-M3-VL's video processor refuses frames
+        whose sides are not multiples of its patch grid), its own count, with a warning."""
+        size = _capped(size)
+        try:
+            return max(counted, self._count_from_output(modality, size, num_frames))
+        except ValueError as error:  # the processor's own error, as vLLM's context reraises it
+            shape = f"{size.width}x{size.height}" + (f", {num_frames} frames" if modality == "video" else "")
+            logger.warning_once(errors.largest_item_not_processed(modality, shape, self.get_hf_processor(), error, counted))
+            return counted
 
-        Sides are capped at `MAX_COUNTED_SIDE`: the size search probes a 10,000 px
-        fallback, which only a processor that counts arithmetically can afford.
-        """
-        size = ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
+    def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
+        """Placeholder length of one blank item of `size` (`_capped`), read off processed output."""
+        size = _capped(size)
         key = (modality, size.width, size.height, num_frames)
         if key not in self._counted:
             item = self.probes.blank(modality, 1, size.width, size.height, num_frames)
             self._counted[key] = len(self.probes.probe(modality, item, self.probes.default_kwargs)[1])
         return self._counted[key]
+
+
+def _capped(size: ImageSize) -> ImageSize:
+    """Sides capped at `MAX_COUNTED_SIDE`: the size search probes a 10,000 px fallback,
+    which only a processor that counts arithmetically can afford."""
+    return ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
 
 
 class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):

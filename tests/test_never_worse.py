@@ -11,6 +11,8 @@ The failures come from real processors set up to fail, not from mocks.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hf_bridge.validate import parity
@@ -42,6 +44,40 @@ def test_failing_video_probe_switches_video_off_and_keeps_serving(zoo, engines, 
 
     with pytest.raises(ValueError, match=r"hf_bridge switched video input off for this model: Qwen2VLProcessor"):
         parity.vllm_result(llm, processor, cases["video"])
+    engines.close()  # an in-process engine that raised is rebuilt before it serves again
+
+
+UNRESIZED_VIDEO = {"do_resize": False, "size": {"shortest_edge": 3136, "longest_edge": 1000 * 1000}}
+"""Frames kept at their size, up to 1000 x 1000 pixels: the largest blank video vLLM's size
+search proposes is 1000 pixels a side, not a multiple of the 28-pixel patch grid."""
+
+
+@pytest.mark.engine
+def test_a_processor_that_cannot_process_the_largest_item_profiles_with_its_own_count(zoo, engines, tmp_path, hf_bridge_log):
+    """Qwen2-VL's video processor with resizing off refuses frames whose sides are not
+    multiples of its 28-pixel patch grid, the largest blank video hf_bridge counts among
+    them (MiniMax-M3-VL's does so with its default settings). The engine used to fail to
+    start; hf_bridge now profiles video with the processor's own count, as the in-tree
+    backend does, and says so once. A video the processor takes keeps parity, text too,
+    and one it cannot take is refused with its error."""
+    import numpy as np
+    from transformers import AutoProcessor
+
+    model_dir = variant(zoo("qwen2_vl"), tmp_path / "qwen2_vl-video-unresized", video_processor=UNRESIZED_VIDEO)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1})
+    warnings = [r.getMessage() for r in hf_bridge_log.records if "hf_bridge profiles video items" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("hf_bridge profiles video items with Qwen2VLProcessor's own count (")
+    assert "could not process the largest blank video (1000x1000, " in warnings[0] and "RuntimeError: shape '[" in warnings[0]
+
+    cases = parity.standard_cases(64)
+    for name in ("video", "text_only"):
+        (reference,) = references(model_dir, [cases[name]])
+        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+    unresized = {"prompt": parity.prompt_text(processor, cases["video"]), "multi_modal_data": {"video": np.zeros((4, 1000, 1000, 3), np.uint8)}}
+    with pytest.raises(ValueError, match=re.escape("Video 0 of this request could not be processed by the model's HF processor (RuntimeError: shape")):
+        llm.generate(unresized, parity.sampling_params(), use_tqdm=False)
     engines.close()  # an in-process engine that raised is rebuilt before it serves again
 
 

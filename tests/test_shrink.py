@@ -60,6 +60,14 @@ def test_tokens_a_processor_reads_if_present_are_named():
     assert {"audio_token", "boa_token", "eoa_token"} <= set(attributes)
 
 
+def test_tokens_a_processor_class_keeps_as_constants_are_named():
+    """MiniMax-M3-VL's processor keeps its tokens as class constants (`IMAGE_TOKEN =
+    "]<]image[>["`); a tokenizer without them splits them, and transformers then counts
+    no image token in the ids."""
+    special, _ = shrink.tokens_named_by(shrink.processor_class("minimax_m3_vl"))
+    assert {"]<]image[>[", "]<]video[>[", "]<]start of image[>[", "]<]end of image[>["} <= set(special)
+
+
 def test_processor_settings_come_from_the_config():
     """LLaVA-style processors leave `patch_size` unset; checkpoints carry the tower's."""
     from transformers import AutoConfig

@@ -51,6 +51,9 @@ TOKEN_ATTRIBUTE_DEFAULT = re.compile(r"""getattr\(tokenizer,\s*["']([a-z_]*token
 TOKEN_ATTRIBUTE_OPTIONAL = re.compile(r"""getattr\(tokenizer,\s*["']([a-z_]*token)["'],\s*None\)""")
 """A token the processor reads if the tokenizer has it (Gemma 4's audio tokens, whose
 absence its processor refuses on every call)."""
+TOKEN_CONSTANT = re.compile(r"""^\s+[A-Z_]*TOKEN\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+"""A token the processor class keeps as a constant (MiniMax-M3-VL's `IMAGE_TOKEN =
+"]<]image[>["`), which a real checkpoint's tokenizer holds as one token."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def tokens_named_by(processor_cls) -> tuple[list[str], dict[str, str]]:
     attributes = {name: f"<|{name}|>" for name in TOKEN_ATTRIBUTE.findall(source) if name not in ("pad_token", "bos_token", "eos_token", "unk_token")}
     attributes.update({name: default for name, default in TOKEN_ATTRIBUTE_DEFAULT.findall(source)})
     attributes.update({name: f"<|{name}|>" for name in TOKEN_ATTRIBUTE_OPTIONAL.findall(source) if name not in attributes})
-    literals = [t for t in TOKEN_LITERAL.findall(source) if "{" not in t]
+    literals = [t for t in [*TOKEN_LITERAL.findall(source), *TOKEN_CONSTANT.findall(source)] if "{" not in t]
     return list(dict.fromkeys([*attributes.values(), *literals])), attributes
 
 
