@@ -118,11 +118,16 @@ class OpenAIServer:
         return out
 
 
+def data_url(mime: str, data: bytes) -> str:
+    """`data` inline, as a base64 data URL of media type `mime`."""
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
 def image_data_url(image) -> str:
     """A PIL image as a PNG data URL: lossless, so the server decodes the very pixels sent."""
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return data_url("image/png", buffer.getvalue())
 
 
 def wav_bytes(samples, sampling_rate: int) -> bytes:
@@ -136,7 +141,7 @@ def wav_bytes(samples, sampling_rate: int) -> bytes:
 
 def audio_data_url(samples, sampling_rate: int) -> str:
     """Float32 samples as a WAV data URL (`audio_url`), which vLLM decodes with soundfile."""
-    return "data:audio/wav;base64," + base64.b64encode(wav_bytes(samples, sampling_rate)).decode()
+    return data_url("audio/wav", wav_bytes(samples, sampling_rate))
 
 
 def video_data_url(frames, fps: float = 2.0) -> str:
@@ -151,4 +156,4 @@ def video_data_url(frames, fps: float = 2.0) -> str:
         for frame in frames:
             writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
         writer.release()
-        return "data:video/mp4;base64," + base64.b64encode(path.read_bytes()).decode()
+        return data_url("video/mp4", path.read_bytes())

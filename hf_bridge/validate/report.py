@@ -9,11 +9,11 @@ per implementation, the prompt as that implementation's processor placed it (the
 
 from __future__ import annotations
 
-import base64
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..server import data_url
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict, exit_code, table, to_json, verdict_grid
 
 OUTCOME_COLOURS = {PASS: "#c8f0c8", FAIL: "#ffc4c4", NOT_CHECKED: "#fff1a8", NOT_APPLICABLE: "#e8e8e8"}
@@ -63,10 +63,10 @@ class Report:
             sections.append(f"<h3>case {esc(case)}</h3>")
             images, clips = self.images.get(case, []), self.audios.get(case, [])
             sections += _inlined("images", images, lambda i, png: (
-                f'<img alt="{esc(case)} image {i}" src="{_data_url("image/png", png)}" '
+                f'<img alt="{esc(case)} image {i}" src="{data_url("image/png", png)}" '
                 'style="max-height:160px;margin:4px;border:1px solid #999">'))
             sections += _inlined("audios", clips, lambda i, wav: (
-                f'<audio controls title="{esc(case)} clip {i}" src="{_data_url("audio/wav", wav)}"></audio>'))
+                f'<audio controls title="{esc(case)} clip {i}" src="{data_url("audio/wav", wav)}"></audio>'))
             strips = [(impl, self.strips[impl, case]) for impl in impls if (impl, case) in self.strips]
             for impl, strip in strips:
                 sections.append(f'<div class="strip" data-impl="{esc(impl)}"><p>{esc(impl)}:</p>{strip}</div>')
@@ -83,10 +83,6 @@ class Report:
             " table{border-collapse:collapse}</style></head>"
             f"<body>{self._repr_html_()}</body></html>"
         )
-
-
-def _data_url(mime: str, data: bytes) -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
 
 def _inlined(kind: str, media: Sequence[bytes], element) -> list[str]:
