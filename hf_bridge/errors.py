@@ -172,12 +172,12 @@ def routed_to_in_tree(failures: Mapping[str, str], in_tree: str) -> str:
     )
 
 
-def text_only_prompts_differ(processor: Any, added: list[str]) -> str:
+def text_only_prompts_differ(processor: Any) -> str:
     return (
-        f"{type(processor).__name__} adds {added} to prompts outside the items' placeholders. vLLM "
-        "does not run the multimodal processor on a prompt without images, videos or audio, so "
-        "text-only prompts are run without those tokens and differ from transformers there. "
-        "Add them to text-only prompts yourself where it matters."
+        f"{type(processor).__name__} rewrites the text of a prompt without images, videos or audio "
+        "in a way hf_bridge cannot reproduce from the processor's own additions. vLLM does not run "
+        "the multimodal processor on such a prompt, so it is run as tokenized and may differ from "
+        "transformers there; prompts with media are laid out as the processor lays them out."
     )
 
 

@@ -19,6 +19,10 @@ where `ph` is one placeholder (nothing for a processor that inserts the item its
 the lengths of `leading`, `E` and `after_last` follow. A processor that takes only one
 item per prompt (Fuyu) gives no P2; then the untyped tokens after the last typed one in
 P1's segment are taken as `after_last`.
+
+A prompt without items is framed too: the processor's ids for the sentinel alone against
+the tokenizer's (`text_only_frame`). vLLM runs no multimodal processor on such a prompt,
+so hf_bridge adds them where vLLM tokenizes it (`text_only_prompts.py`).
 """
 
 from __future__ import annotations
@@ -89,6 +93,17 @@ def frame_from_probes(
         leading = leading[: len(leading) - len(text_before)]
     after = segment[len(segment) - after_len :] if after_len else []
     return PromptFrame(tuple(leading), tuple(after), trailing, inserts_item)
+
+
+def text_only_frame(processed: Sequence[int], tokenized: Sequence[int]) -> PromptFrame | None:
+    """What a processor adds to a prompt without items: `processed` are its ids for a
+    text alone, `tokenized` the tokenizer's for the same text (its own BOS included).
+    None where the processor changed the text itself (its ids hold no copy of the
+    tokenizer's), so that no frame can say what it did."""
+    at = find_sublist(processed, tokenized)
+    if at is None:
+        return None
+    return PromptFrame(leading=tuple(processed[:at]), trailing=tuple(processed[at + len(tokenized) :]))
 
 
 def strip_frame(

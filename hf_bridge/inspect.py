@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .text_only_prompts import without_media
+
 
 @dataclass
 class ItemView:
@@ -177,7 +179,10 @@ def inspect_prompt(
             is_embed = [True] * r.length if r.is_embed is None else [bool(x) for x in r.is_embed.tolist()]
             items.append(ItemView(modality, index, r.offset, r.length, is_embed, data))
     items.sort(key=lambda v: v.offset)
-    return PromptView(list(out["prompt_token_ids"]), items, dict(out["mm_hashes"]))
+    prompt_ids = list(out["prompt_token_ids"])
+    if not mm_data:  # the engine runs no multimodal processor here, and adds what the HF one would
+        prompt_ids = without_media(processor, prompt_ids)
+    return PromptView(prompt_ids, items, dict(out["mm_hashes"]))
 
 
 class _CallableModule(types.ModuleType):

@@ -18,7 +18,8 @@ modality is served by vLLM's in-tree backend class, exactly as without hf_bridge
 the reason is logged. Installing hf_bridge never takes a model away.
 
 `register` also keeps an in-process engine's successor alive when the old one is freed
-after it (`engine_lifetime.py`).
+after it (`engine_lifetime.py`), and gives prompts without media the tokens the HF
+processor adds to every prompt (`text_only_prompts.py`).
 
 `HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge;
 hf_bridge never replaces vLLM's `"vllm"` attention function, only reuses it.
@@ -88,9 +89,10 @@ def register() -> None:
         ModelRegistry.register_model(own, cls)
     _route_transformers_backend(ModelRegistry)
     _register_config_updates()
-    from .engine_lifetime import install
+    from . import engine_lifetime, text_only_prompts
 
-    install()
+    engine_lifetime.install()
+    text_only_prompts.install()
 
 
 def _route_transformers_backend(registry) -> None:

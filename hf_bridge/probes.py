@@ -395,6 +395,18 @@ class ProcessorProbe:
             one["input_ids"][0].tolist(), token_type_ids(one, self.processor)[0].tolist(), two, sentinel, text_before, inserts
         )
 
+    @cached_property
+    def text_only_frame(self) -> frame.PromptFrame | None:
+        """What the processor adds to a prompt without items (Chameleon's separator,
+        Emu3's BOS), read off its ids for the sentinel alone. Empty where it adds nothing
+        or refuses text alone (PaliGemma's: transformers cannot run such a prompt either);
+        None where it rewrites the text itself, which no frame can say."""
+        try:
+            out = self.call({"text": PROBE_SENTINEL}, self.default_kwargs)
+        except Exception:  # noqa: BLE001 - a processor that needs items has no text-only layout
+            return frame.PromptFrame()
+        return frame.text_only_frame(out["input_ids"][0].tolist(), self.tokenizer.encode(PROBE_SENTINEL))
+
     # -- what can be placed -------------------------------------------------------------
 
     @cached_property

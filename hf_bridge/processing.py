@@ -153,7 +153,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         placeable = [m for m in super()._get_supported_modalities() if m not in failures and m not in unencodable]
         if not placeable and not unencodable:
             raise ValueError(errors.nothing_placeable(failures, self.get_hf_processor()))
-        self._warn_text_only_prompts(placeable)
+        if placeable:
+            self.text_only_frame()
         return placeable
 
     @cached_property
@@ -169,17 +170,17 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             if features_entry_name(model_class, m) is None
         }
 
-    def _warn_text_only_prompts(self, modalities: list[str]) -> None:
-        """vLLM runs no multimodal processor on a prompt without media, so tokens the HF
-        processor adds to every prompt (Chameleon's separator) are missing there."""
-        tokenizer = self.get_tokenizer()
-        for modality in modalities:
-            learnt = self.probes.frame(modality)
-            added = [*learnt.leading, *learnt.trailing]
-            if added:
-                text = tokenizer.convert_ids_to_tokens(added)
-                logger.warning_once(errors.text_only_prompts_differ(self.get_hf_processor(), text))
-                return
+    def text_only_frame(self) -> frame.PromptFrame:
+        """What the processor adds to a prompt without items, which vLLM tokenizes without
+        running this processor: `text_only_prompts.py` adds it there. Where the processor
+        rewrites such a text itself, nothing is added, with a warning."""
+        learnt = self.probes.text_only_frame
+        if learnt is None:
+            logger.warning_once(errors.text_only_prompts_differ(self.get_hf_processor()))
+            return frame.PromptFrame()
+        if not learnt.is_empty:
+            logger.info_once("hf_bridge: prompts without media get the processor's own tokens: %s", learnt)
+        return learnt
 
     def validate_num_items(self, modality: str, num_items: int) -> None:
         if num_items and modality not in self.supported_mm_limits:

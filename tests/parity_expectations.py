@@ -29,10 +29,6 @@ def same_prompt(reference, got) -> None:
     assert got.prompt_ids == reference.prompt_ids, "prompt ids must stay identical"
 
 
-def missing_trailing_token(reference, got) -> None:
-    assert got.prompt_ids == reference.prompt_ids[:-1], "only the processor's trailing token may be missing"
-
-
 @dataclass(frozen=True)
 class Expected:
     reason: str
@@ -45,10 +41,6 @@ BIDIRECTIONAL_PREFIX = (
     "its whole prefix (images and prompt text, from token_type_ids), so the prompt's hidden "
     "states after the images differ"
 )
-TEXT_ONLY_PROMPTS_SKIP_PROCESSOR = (
-    "vLLM hands a text-only prompt to the model without running the multimodal processor, "
-    "so the separator Chameleon's processor appends to every prompt is missing (one token)"
-)
 
 NA: dict[tuple[str, str], str] = {
     ("paligemma", "text_only"): r"`images` are expected as arguments to a `PaliGemmaProcessor`",
@@ -59,5 +51,4 @@ NA: dict[tuple[str, str], str] = {
 XFAIL: dict[tuple[str, str], Expected] = {
     ("paligemma", "one_image"): Expected(BIDIRECTIONAL_PREFIX, OutputsDiffer, same_prompt),
     ("paligemma", "two_images"): Expected(BIDIRECTIONAL_PREFIX, OutputsDiffer, same_prompt),
-    ("chameleon", "text_only"): Expected(TEXT_ONLY_PROMPTS_SKIP_PROCESSOR, PromptIdsDiffer, missing_trailing_token),
 }

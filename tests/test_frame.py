@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hf_bridge.frame import PromptFrame, apply_frame, frame_from_probes, strip_frame
+from hf_bridge.frame import PromptFrame, apply_frame, frame_from_probes, strip_frame, text_only_frame
 from hf_bridge.placeholders import PlaceholderError
 
 IMG, BOS, NL, SEP, BOI, EOI, ROW, BOA = 900, 1, 10, 99, 901, 902, 903, 4
@@ -118,3 +118,22 @@ def test_frame_learnt_from_probes_is_the_frame_that_made_them(lead, after, trail
     if S[0] in lead + item + after or any(S == (lead + item + after)[i : i + 2] for i in range(len(lead + item + after))):
         return  # the sentinel must not occur before its place
     assert frame_from_probes(one, types(one), two, S) == PromptFrame(tuple(lead), tuple(after), tuple(trail))
+
+
+def test_text_only_frame_chameleon_separator_and_emu3_bos():
+    """A prompt without items: the processor's ids for the sentinel alone against the
+    tokenizer's; the tokenizer's own BOS is the prompt's, not the frame's."""
+    assert text_only_frame([*S, SEP], S) == PromptFrame(trailing=(SEP,))
+    assert text_only_frame([BOS, *S], S) == PromptFrame(leading=(BOS,))
+    assert text_only_frame([BOS, *S], [BOS, *S]) == PromptFrame()
+    assert text_only_frame([50, 52], S) is None  # the processor rewrote the text itself
+
+
+@given(lead=tokens, trail=tokens, text=st.lists(st.integers(2, 60), min_size=1, max_size=8))
+def test_text_only_frame_is_the_frame_that_made_the_ids(lead, trail, text):
+    """Round trip: the frame read off `lead + text + trail` adds back exactly those tokens."""
+    if any(text == (lead + text)[i : i + len(text)] for i in range(len(lead))):
+        return  # the text must not occur inside what comes before it
+    learnt = text_only_frame([*lead, *text, *trail], text)
+    assert learnt == PromptFrame(leading=tuple(lead), trailing=tuple(trail))
+    assert apply_frame(text, [(learnt, (), 1)]) == [*lead, *text, *trail]

@@ -92,3 +92,17 @@ def test_inspection_of_a_checkpoint_without_weights(zoo, tmp_path):
     page = result._repr_html_()
     assert page.count(f"background:{KIND_COLOURS[PADDING]};margin") == 7  # 3 + 4 grid padding tokens, none merged
     assert "[IMG_BREAK]" in page and "<td>6..20</td>" in page
+
+
+def test_inspection_of_a_prompt_without_media_shows_the_processors_own_tokens(zoo):
+    """Chameleon's processor ends every prompt with its separator; the engine adds it to a
+    prompt without images too (`text_only_prompts.py`), and so does the inspection."""
+    processor = hf_bridge.inspect.build_processor(zoo("chameleon"))
+    tokenizer = processor.info.get_tokenizer()
+    text = parity.standard_cases(64)["text_only"].text
+
+    result = hf_bridge.inspect(processor, text)
+
+    assert result.view.prompt_ids == [*tokenizer.encode(text), tokenizer.sep_token_id]
+    assert result.tokens[-1] == tokenizer.sep_token
+    assert result.items == []

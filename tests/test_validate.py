@@ -607,13 +607,15 @@ def test_validate_explains_an_encoder_that_reads_its_neighbours_padding(emu3_che
     the other than alone. hf_bridge encodes each alone, so the two-image case still fails
     strict parity against transformers, and validate says why, with the proof: vLLM's rows
     are exactly transformers' for each image alone, and its tokens are transformers' with
-    each image encoded alone. One image passes every stage."""
-    done, report = _validate(emu3_checkpoint, tmp_path, "--cases", "one_image,two_images")
+    each image encoded alone. One image passes every stage, and so does a prompt without
+    images, which gets the BOS Emu3's processor puts first (`text_only_prompts.py`)."""
+    done, report = _validate(emu3_checkpoint, tmp_path, "--cases", "one_image,two_images,text_only")
 
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     outcomes = _outcomes(report)
     assert [outcomes[("hf_bridge", "one_image", s)] for s in stages.STAGES] == [PASS, PASS, PASS]
     assert [outcomes[("hf_bridge", "two_images", s)] for s in stages.STAGES] == [PASS, FAIL, FAIL]
+    assert outcomes[("hf_bridge", "text_only", "decoding")] == PASS  # prompt ids first: transformers' BOS is there
     detail = {v["stage"]: v["detail"] for v in report["verdicts"] if v["case"] == "two_images"}
     rows = re.search(r"vLLM's rows are transformers' for each item encoded alone \(\d+ rows x \d+: max \|diff\| \S+, relative (\S+) ", detail["encoder"])
     assert rows and float(rows.group(1)) <= stages.ENCODER_RTOL, detail["encoder"]

@@ -1,0 +1,68 @@
+"""Prompts without media laid out as the HF processor lays them out.
+
+An HF processor may add tokens to every prompt it processes, with or without items:
+Chameleon's appends its separator, Emu3's puts BOS first. vLLM runs a model's
+multimodal processor only on prompts that carry media; a prompt without any is handed
+to the model as tokenized (`BaseRenderer._process_tokens`), so such a prompt ran one
+token short of transformers'.
+
+`install` wraps that method and its async twin (vLLM has no hook for it, hence a named
+private-API patch): for a model hf_bridge serves, a prompt without media gets the
+tokens its processor adds to the sentinel text alone (`ProcessorProbe.text_only_frame`).
+Prompts with media, and every other model's prompts, pass through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .frame import PromptFrame, apply_frame
+
+
+def install() -> None:
+    from vllm.renderers.base import BaseRenderer
+
+    tokens, tokens_async = BaseRenderer._process_tokens, BaseRenderer._process_tokens_async
+    if getattr(tokens, "hf_bridge", False):  # plugins load once per process, but be safe
+        return
+
+    def _process_tokens(self, prompt, *, skip_mm_cache: bool = False):
+        return tokens(self, with_processor_tokens(self, prompt), skip_mm_cache=skip_mm_cache)
+
+    async def _process_tokens_async(self, prompt, *, skip_mm_cache: bool = False):
+        return await tokens_async(self, with_processor_tokens(self, prompt), skip_mm_cache=skip_mm_cache)
+
+    _process_tokens.hf_bridge = True  # type: ignore[attr-defined]
+    BaseRenderer._process_tokens = _process_tokens
+    BaseRenderer._process_tokens_async = _process_tokens_async
+
+
+def added_tokens(mm_processor: Any) -> PromptFrame:
+    """What a prompt without media gets from vLLM's multimodal processor `mm_processor`:
+    its HF processor's own tokens where hf_bridge serves the model, else nothing."""
+    from .processing import HFBridgeMultiModalProcessor
+
+    if not isinstance(mm_processor, HFBridgeMultiModalProcessor):
+        return PromptFrame()
+    return mm_processor.info.text_only_frame()
+
+
+def without_media(mm_processor: Any, prompt_ids: list[int]) -> list[int]:
+    """The ids of a prompt without media, as the engine runs them (`added_tokens`)."""
+    return apply_frame(prompt_ids, [(added_tokens(mm_processor), (), 1)])
+
+
+def with_processor_tokens(renderer: Any, prompt: dict) -> dict:
+    """`prompt` with its processor's own tokens, where it carries no media and hf_bridge
+    serves the model; else `prompt` itself."""
+    if prompt.get("multi_modal_data"):
+        return prompt
+    added = added_tokens(renderer.mm_processor)
+    if added.is_empty:
+        return prompt
+    laid_out = {**prompt, "prompt_token_ids": without_media(renderer.mm_processor, prompt["prompt_token_ids"])}
+    if (offsets := prompt.get("prompt_token_offsets")) is not None:
+        # the added tokens stand for no text of the prompt's: empty spans at its ends
+        end = offsets[-1][1] if offsets else 0
+        laid_out["prompt_token_offsets"] = [(0, 0)] * len(added.leading) + list(offsets) + [(end, end)] * len(added.trailing)
+    return laid_out
