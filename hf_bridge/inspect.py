@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .text_only_prompts import without_media
+from .text_only_prompts import added_tokens, with_added_tokens
 
 
 @dataclass
@@ -181,7 +181,7 @@ def inspect_prompt(
     items.sort(key=lambda v: v.offset)
     prompt_ids = list(out["prompt_token_ids"])
     if not mm_data:  # the engine runs no multimodal processor here, and adds what the HF one would
-        prompt_ids = without_media(processor, prompt_ids)
+        prompt_ids = with_added_tokens(prompt_ids, added_tokens(processor))
     return PromptView(prompt_ids, items, dict(out["mm_hashes"]))
 
 

@@ -154,7 +154,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if not placeable and not unencodable:
             raise ValueError(errors.nothing_placeable(failures, self.get_hf_processor()))
         if placeable:
-            self.text_only_frame()
+            self.text_only_frame()  # learnt, and said, at start-up rather than at the first prompt without media
         return placeable
 
     @cached_property

@@ -47,9 +47,9 @@ def added_tokens(mm_processor: Any) -> PromptFrame:
     return mm_processor.info.text_only_frame()
 
 
-def without_media(mm_processor: Any, prompt_ids: list[int]) -> list[int]:
-    """The ids of a prompt without media, as the engine runs them (`added_tokens`)."""
-    return apply_frame(prompt_ids, [(added_tokens(mm_processor), (), 1)])
+def with_added_tokens(prompt_ids: list[int], added: PromptFrame) -> list[int]:
+    """The ids of a prompt without media, with `added` (from `added_tokens`) around them."""
+    return apply_frame(prompt_ids, [(added, (), 1)])
 
 
 def with_processor_tokens(renderer: Any, prompt: dict) -> dict:
@@ -60,7 +60,7 @@ def with_processor_tokens(renderer: Any, prompt: dict) -> dict:
     added = added_tokens(renderer.mm_processor)
     if added.is_empty:
         return prompt
-    laid_out = {**prompt, "prompt_token_ids": without_media(renderer.mm_processor, prompt["prompt_token_ids"])}
+    laid_out = {**prompt, "prompt_token_ids": with_added_tokens(prompt["prompt_token_ids"], added)}
     if (offsets := prompt.get("prompt_token_offsets")) is not None:
         # the added tokens stand for no text of the prompt's: empty spans at its ends
         end = offsets[-1][1] if offsets else 0
