@@ -106,17 +106,9 @@ def test_flat_config_base_model_embeds_as_transformers(zoo, engines, tmp_path):
     """`ChameleonModel`, whose config has no `vision_config`: vLLM resolves it to its
     text-only `TransformersEmbeddingModel`, which refuses images ("Multi-modal processor
     not available for text-only models"); its processor takes images, so hf_bridge serves
-    it. A text-only prompt lacks the separator Chameleon's processor appends, as in
-    generation (README, Not yet): given as the processor's token ids, it embeds as in
-    transformers too."""
-    from transformers import AutoProcessor
-
+    it. A text-only prompt gets the separator Chameleon's processor appends, as in
+    generation (`text_only_prompts.py`), so it embeds as in transformers too."""
     model_dir, reference = pooling_checkpoint("embed", zoo("chameleon"), tmp_path / "chameleon-embed")
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     assert llm.llm_engine.model_config.architecture == "HFBridgeEmbeddingModel"
-    got = pooled(llm, model_dir, ("one_image", "two_images"))
-    processor = AutoProcessor.from_pretrained(model_dir)
-    text = parity.prompt_text(processor, parity.standard_cases(64)["text_only"])
-    ids = processor(text=text, return_tensors="np")["input_ids"][0].tolist()
-    got["text_only"] = np.asarray(llm.embed([{"prompt_token_ids": ids}])[0].outputs.embedding)
-    assert_pooled_like(reference, got)
+    assert_pooled_like(reference, pooled(llm, model_dir, ("one_image", "two_images", "text_only")))
