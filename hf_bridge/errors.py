@@ -129,7 +129,8 @@ def modality_not_encodable(modality: str, model_class: str, processor: Any) -> s
     return (
         f"hf_bridge does not serve {modality} input for this model: {model_class} has no "
         f"`get_{modality}_features`, the entry through which hf_bridge (and vLLM's in-tree backend) "
-        f"encode {modality} items; its forward encodes them inline. Text and the model's other "
+        f"encode {modality} items, and its config names no `{modality}_token_id` at which its "
+        f"forward would place them, where hf_bridge could take them. Text and the model's other "
         f"inputs are served; remove the {_PLURAL.get(modality, modality)} from the request. "
         f"({type(processor).__name__})"
     )

@@ -2,7 +2,9 @@
 
 hf_bridge's wrapper encodes every item through it (`model.py`), and so does the GPU
 check (`bench/encoder_graphs_gpu.py`), which captures exactly this code in a real
-`torch.cuda.CUDAGraph` on a machine without vLLM.
+`torch.cuda.CUDAGraph` on a machine without vLLM. A model with no such entry, whose
+forward encodes items inline (Qwen2-Audio), is run through that forward instead, up to
+the embeddings it hands its decoder (`encode_inline`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,24 @@ import torch
 from .side_features import side_levels, widen
 
 
-def encode(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hidden_size: int, side_features: bool = False) -> torch.Tensor:
+def encode(
+    hf_model: torch.nn.Module,
+    modality: str,
+    fields: dict[str, Any],
+    hidden_size: int,
+    side_features: bool = False,
+    num_embeds: int | None = None,
+) -> torch.Tensor:
     """One row of width `hidden_size` per embedding position, items in order; with
-    `side_features`, the multi-level features the decoder adds ride along as columns."""
+    `side_features`, the multi-level features the decoder adds ride along as columns.
+    `num_embeds` (the items' embedding positions in all) is needed only by a model that
+    encodes inline (`encode_inline`)."""
+    if encodes_inline(hf_model, hf_model.config, modality):
+        if num_embeds is None:
+            raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline: their embedding count (num_embeds) is needed")
+        if side_features:
+            raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline, which hands back no side features")
+        return encode_inline(hf_model, modality, fields, num_embeds)
     get_features = features_entry(hf_model, modality)
     accepted = accepted_kwargs(get_features)
     device = next(hf_model.parameters()).device
@@ -40,7 +57,7 @@ def features_entry_name(model: Any, modality: str) -> str | None:
     """The name of the HF model's (or model class's) `get_<modality>_features`; videos fall
     back to the image entry where the model has no video one: its forward encodes video
     frames as images (Perception LM). None where it has neither: its forward encodes such
-    items inline (Qwen2-Audio), where no one can call it."""
+    items inline (Qwen2-Audio: `encodes_inline`)."""
     names = (f"get_{modality}_features", "get_image_features") if modality == "video" else (f"get_{modality}_features",)
     return next((name for name in names if hasattr(model, name)), None)
 
@@ -51,6 +68,80 @@ def features_entry(hf_model: torch.nn.Module, modality: str):
     if name is None:
         raise AttributeError(f"{type(hf_model).__name__} has no get_{modality}_features: hf_bridge cannot encode its {modality} items")
     return getattr(hf_model, name)
+
+
+def feature_token_ids(config: Any) -> dict[str, int]:
+    """The token the HF model fills with each modality's encoder rows, where its config
+    names one (`image_token_id` / `image_token_index`, likewise video and audio)."""
+    found = {}
+    for modality in ("image", "video", "audio"):
+        for field in (f"{modality}_token_id", f"{modality}_token_index"):
+            value = getattr(config, field, None)
+            if isinstance(value, int):
+                found[modality] = value
+                break
+    return found
+
+
+def encodes_inline(model: Any, config: Any, modality: str) -> bool:
+    """Whether the HF model (or model class) has no entry for `modality`, but its forward
+    can encode such items inline: its config names the token it fills with their rows."""
+    return features_entry_name(model, modality) is None and modality in feature_token_ids(config)
+
+
+class _EmbedsHandedOver(Exception):
+    def __init__(self, inputs_embeds: torch.Tensor | None):
+        self.inputs_embeds = inputs_embeds
+
+
+class _DecoderStandIn(torch.nn.Module):
+    """Takes the decoder's place for one forward: whatever the forward asks of the decoder
+    before calling it (its input embeddings) comes from the decoder; the call itself stops
+    the forward there, handing over the embeddings it was given."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        super().__init__()
+        object.__setattr__(self, "decoder", decoder)  # not a child: no second registration
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["decoder"], name)
+
+    def forward(self, *args: Any, inputs_embeds: torch.Tensor | None = None, **kwargs: Any) -> None:
+        raise _EmbedsHandedOver(inputs_embeds)
+
+
+def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int) -> torch.Tensor:
+    """The rows the HF model's own forward places at `num_embeds` positions of its
+    `modality` token (`feature_token_ids`), for a model whose forward encodes items
+    inline, with no entry to call: the forward runs on a prompt of those positions alone,
+    and stops where it hands its decoder the embeddings (the decoder never runs).
+
+    The decoder is swapped for a stand-in rather than hooked: vLLM's compiled decoder
+    classes are called without running module hooks."""
+    decoder = hf_model.get_decoder()
+    name = next((n for n, child in hf_model.named_children() if child is decoder), None)
+    if name is None:
+        raise ValueError(f"{type(hf_model).__name__} has no get_{modality}_features and no decoder child to stop its forward at")
+    device = next(hf_model.parameters()).device
+    fields = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
+    accepted = accepted_kwargs(hf_model.forward)
+    kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
+    input_ids = torch.full((1, num_embeds), feature_token_ids(hf_model.config)[modality], device=device)
+    setattr(hf_model, name, _DecoderStandIn(decoder))
+    try:
+        hf_model(input_ids=input_ids, **kwargs)
+    except _EmbedsHandedOver as handed:
+        embeds = handed.inputs_embeds
+    else:
+        embeds = None
+    finally:
+        setattr(hf_model, name, decoder)
+    if embeds is None:
+        raise ValueError(f"{type(hf_model).__name__}'s forward handed its decoder no inputs_embeds: hf_bridge cannot encode its {modality} items")
+    return embeds[0]
 
 
 def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:

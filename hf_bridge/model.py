@@ -293,15 +293,16 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             every_item = group == list(range(len(items)))  # in order: vLLM's stacked tensors already hold them
             fields = {k: _joined(stacked[k]) if every_item and k in stacked else _concat([items[i][k] for i in group])
                       for k in items[group[0]]}
-            rows = self._encode(encoder, fields)
+            rows = self._encode(encoder, fields, sum(counts[i] for i in group))
             sizes = split.split_rows(rows.shape[0], [counts[i] for i in group])
             for i, emb in zip(group, torch.split(rows, sizes)):
                 embeddings[i] = emb
         return embeddings  # type: ignore[return-value]
 
-    def _encode(self, modality: str, fields: dict[str, Any]) -> torch.Tensor:
-        """The HF model's own `get_<modality>_features`, one row per embedding (`features.py`)."""
-        return features.encode(self.model, modality, fields, self.text_config.hidden_size, self.side_features is not None)
+    def _encode(self, modality: str, fields: dict[str, Any], num_embeds: int | None = None) -> torch.Tensor:
+        """The HF model's own `get_<modality>_features`, or the rows its forward places where
+        it has none (`num_embeds` of them), one row per embedding (`features.py`)."""
+        return features.encode(self.model, modality, fields, self.text_config.hidden_size, self.side_features is not None, num_embeds)
 
     def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
         if self.per_layer_token_inputs is not None:

@@ -35,7 +35,7 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUp
 
 from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
 from .audio_resampling import installed_resampler
-from .features import features_entry_name
+from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class
 from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, frames_asked_for, longest_audio_seconds, needs_video_metadata
 from .side_features import has_side_features
@@ -159,15 +159,16 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     @cached_property
     def unencodable_modalities(self) -> dict[str, str]:
-        """The processor's modalities that the HF model has no entry to encode
-        (`features.features_entry_name`), each with why it is not served."""
-        model_class = base_model_class(self.get_hf_config())
+        """The processor's modalities that the HF model can encode neither through an entry
+        nor inline (`features.encodes_inline`), each with why it is not served."""
+        config = self.get_hf_config()
+        model_class = base_model_class(config)
         if model_class is None:  # no class to ask: the encoder says so if it must
             return {}
         return {
             m: errors.modality_not_encodable(m, model_class.__name__, self.get_hf_processor())
             for m in super()._get_supported_modalities()
-            if features_entry_name(model_class, m) is None
+            if features_entry_name(model_class, m) is None and not encodes_inline(model_class, config, m)
         }
 
     def text_only_frame(self) -> frame.PromptFrame:

@@ -13,8 +13,9 @@ views) and Gemma 4 Unified (image tokens attending both ways, said only by its t
 config, on the CPU through `cpu_media_attention.py`) and Video-LLaVA (a processor that
 returns no token types but lists its image and video tokens, which hf_bridge types by;
 the in-tree backend cannot start it) and Qwen2-Audio (a base model that encodes audio
-inside its forward, with no `get_audio_features`: text is served, audio switched off;
-the in-tree backend cannot load its nested language model) and Qwen3-ASR (vLLM loads
+inside its forward, with no `get_audio_features`: hf_bridge runs that forward up to its
+decoder, `features.encode_inline`; the in-tree backend cannot load its nested language
+model) and Qwen3-ASR (vLLM loads
 its config as a class of its own, which transformers' `AutoModel` builds without an
 `audio_config`: hf_bridge builds the HF model from transformers' own; the in-tree backend
 cannot start it). Each is built from transformers' default config and processor classes alone.
@@ -48,10 +49,10 @@ CASES = {
     "gemma4_unified": ["two_images"],
     "video_llava": ["two_images", "video"],
     "qwen3_asr": ["audio"],
+    "qwen2_audio": ["audio", "text_only"],
 }
-TYPES = [*CASES, "qwen2_audio", "cosmos3_edge"]
-"""Qwen2-Audio's text parity runs in its own test, which also reads its start-up warning;
-Cosmos3-Edge's refusal runs in its own test."""
+TYPES = [*CASES, "cosmos3_edge"]
+"""Cosmos3-Edge's refusal runs in its own test."""
 SEEDS = {"deepseek_vl": 3}
 """The seed the sweep's own search (`scripts/sweep.py`: the first seed whose every case is
 non-degenerate and well-conditioned) settles on, so the test runs the checkpoint that
@@ -210,34 +211,6 @@ def test_served_audio_equals_offline(generic_checkpoints, engines):
     offline = parity.vllm_result(llm, processor, case)
     assert reply.usage.prompt_tokens == len(offline.prompt_ids)
     assert reply.choices[0].message.content == processor.tokenizer.decode(offline.tokens)
-
-
-@pytest.mark.engine
-def test_a_modality_the_model_cannot_encode_is_switched_off_and_text_served(generic_checkpoints, engines, hf_bridge_log):
-    """Qwen2-Audio's base model encodes audio inside its forward and has no
-    `get_audio_features`, through which hf_bridge (and the in-tree backend) encode items.
-    Before, the engine started, and the first audio request failed inside the model. Now
-    audio is switched off at start-up with one warning naming the missing entry; an
-    audio request is refused (vLLM's own refusal for a model with no media), and the
-    engine keeps serving text at parity."""
-    from transformers import AutoProcessor
-
-    model_dir = generic_checkpoints["qwen2_audio"]
-    processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
-    warnings = [r.getMessage() for r in hf_bridge_log.records if "does not serve audio input" in r.getMessage()]
-    assert warnings == [
-        "hf_bridge does not serve audio input for this model: Qwen2AudioModel has no `get_audio_features`, the entry "
-        "through which hf_bridge (and vLLM's in-tree backend) encode audio items; its forward encodes them inline. "
-        "Text and the model's other inputs are served; remove the audios from the request. (Qwen2AudioProcessor)"
-    ]
-    cases = parity.standard_cases(64)
-    with pytest.raises(ValueError, match="Multi-modal processor not available for text-only models"):
-        parity.vllm_result(llm, processor, cases["audio"])
-    (reference,) = references(model_dir, [cases["text_only"]])
-    assert not parity.is_degenerate(reference.tokens), reference.tokens
-    assert_well_conditioned(model_dir, cases["text_only"], reference)
-    assert parity.compare(reference, parity.vllm_result(llm, processor, cases["text_only"])) == []
 
 
 def test_the_hf_model_is_built_from_transformers_own_config(generic_checkpoints):

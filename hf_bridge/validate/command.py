@@ -145,7 +145,8 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
     positions its items announce against the rows the HF encoder returns, per case."""
     from .. import inspect as inspection
     from . import parity
-    from .encoder import feature_token_ids, load_rows
+    from ..features import feature_token_ids
+    from .encoder import load_rows
 
     row_counts = load_rows(encoder_rows)[1] if encoder_rows is not None else {}
 
@@ -205,7 +206,8 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     `exact_reference`, each decoding verdict also says how far both sides are from
     transformers in float64 (`stages.rounding_diagnosis`)."""
     from . import parity
-    from .encoder import RowCapture, feature_positions, feature_token_ids, load_rows
+    from ..features import feature_token_ids
+    from .encoder import RowCapture, feature_positions, load_rows
     from .engine import make_llm, shutdown
     from .reference import NotApplicable, neighbours_diagnosis, references
 
@@ -364,7 +366,8 @@ def run(
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
         encoder_rows = None
         if "encoder" in stage_names or "processing" in stage_names:
-            from .encoder import feature_token_ids, hf_rows_file
+            from ..features import feature_token_ids
+            from .encoder import hf_rows_file
 
             encoder_rows = Path(scratch) / "encoder_rows.npz"
             with progress(f"transformers encoder rows for {len(cases)} case(s)"):

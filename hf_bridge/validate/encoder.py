@@ -103,6 +103,8 @@ def rows_placed_alone(model, processor, case: parity.Case):
     the rows of its items encoded alone (`rows_of_items_alone`) instead of those its forward
     computed for them together: transformers as it runs each item in a one-item prompt,
     everything else as in the case's own prompt. Raises where the counts differ."""
+    from ..features import feature_token_ids
+
     prompt_ids = parity.hf_inputs(processor, case)["input_ids"][0].tolist()
     positions = feature_positions(prompt_ids, feature_token_ids(model.config))
     rows = rows_of_items_alone(model, processor, case)
@@ -124,19 +126,6 @@ def rows_placed_alone(model, processor, case: parity.Case):
         handle.remove()
 
 
-def feature_token_ids(config) -> dict[str, int]:
-    """The token the HF model fills with each modality's encoder rows, where its config
-    names one (`image_token_id` / `image_token_index`, likewise video and audio)."""
-    found = {}
-    for modality in ("image", "video", "audio"):
-        for field in (f"{modality}_token_id", f"{modality}_token_index"):
-            value = getattr(config, field, None)
-            if isinstance(value, int):
-                found[modality] = value
-                break
-    return found
-
-
 TEXT_FIELDS = frozenset({"input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "labels"})
 
 
@@ -147,10 +136,13 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     the tower gives is measured, where the model's forward would only raise."""
     import torch
 
-    from ..features import encode
+    from ..features import encode, encodes_inline
 
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
+    inline = [m for m in case.media_counts if encodes_inline(model, model.config, m)]
+    if inline:
+        return f"{type(model).__name__} encodes {', '.join(inline)} inline, with no entry to ask: its forward checks the count against the prompt"
     fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
     try:
         with torch.no_grad():
