@@ -188,3 +188,12 @@ def embeds_without_side_features(modality: str, processor: Any) -> str:
         "intermediate-layer (deepstack) features into the decoder, which an embedding input "
         f"does not carry. Send the {modality} itself."
     )
+
+
+def prompt_ids_not_text(processor: Any) -> str:
+    return (
+        f"hf_bridge lays out this model's prompts with its processor, from their text, as "
+        f"transformers does ({type(processor).__name__} rewrites the text around each item); "
+        f"these prompt token ids do not decode to a text that tokenizes back to them. Send the "
+        f"prompt as text, or as ids the tokenizer made from a text."
+    )

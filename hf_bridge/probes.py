@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from . import errors, frame, placeholders
+from . import errors, frame, placeholders, text_step
 
 MODALITIES = ("image", "video", "audio")
 HF_DATA_KEYS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
@@ -221,6 +221,9 @@ class ProcessorProbe:
         self._placeholder_ids: dict[str, list[int]] = {}
         self._frames: dict[str, frame.PromptFrame] = {}
         self._blank_shapes: dict[str, BlankShape] = {}
+        self.writes_prompt: set[str] = set()
+        """Modalities whose prompts the processor lays out from their text alone (`text_step.py`)."""
+        self._cores: dict[tuple[str, str], tuple[int, ...]] = {}
 
     # -- placeholders -------------------------------------------------------------------
 
@@ -289,7 +292,39 @@ class ProcessorProbe:
         expansion = placeholders.expansion_from_probe(
             modality, probe_ids, span, ids, types, self.embed_token_candidates(modality)
         )
+        if modality in self.writes_prompt:
+            expansion = self._core(modality, expansion, hf_kwargs)
         return out, expansion
+
+    def _core(self, modality: str, expansion: placeholders.Expansion, hf_kwargs: Mapping[str, object]) -> placeholders.Expansion:
+        """The item's core (`text_step.typed_core`): under the same processor kwargs, the
+        same for every item, since the processor writes it without the item."""
+        core = text_step.typed_core(expansion)
+        known = self._cores.setdefault((modality, kwargs_key(hf_kwargs)), core.token_ids)
+        if core.token_ids != known:
+            raise placeholders.PlaceholderError("the processor expanded this item otherwise than the text alone")
+        return core
+
+    def core(self, modality: str, hf_kwargs: Mapping[str, object]) -> tuple[int, ...]:
+        """The core every item of a modality the processor writes prompts for takes under
+        `hf_kwargs` (`writes_prompt`), read off a blank item's probe the first time."""
+        key = (modality, kwargs_key(hf_kwargs))
+        if key not in self._cores:
+            self.probe(modality, self.blank(modality), hf_kwargs)
+        return self._cores[key]
+
+    def written_prompt(self, prompt: list[int], counts: Mapping[str, int], hf_kwargs: Mapping[str, object]) -> list[int]:
+        """`prompt` as the processor writes it from its text (`text_step.py`), each item's
+        core folded back into its placeholder, for vLLM's prompt update to expand:
+        `counts` holds the items of each modality it writes prompts for."""
+        text = self.tokenizer.decode(prompt, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if self.tokenizer.encode(text, add_special_tokens=False) != list(prompt):
+            raise ValueError(errors.prompt_ids_not_text(self.processor))
+        out = self.call({"text": text}, {**hf_kwargs, "add_special_tokens": False})  # the prompt holds its own specials
+        written = out["input_ids"][0].tolist()
+        for modality, count in counts.items():
+            written = text_step.fold_cores(written, self.core(modality, hf_kwargs), self.placeholder_ids(modality), count)
+        return written
 
     def _placeholder_span(self, modality: str, probe_ids: list[int], prompt_frame: frame.PromptFrame) -> tuple[int, int]:
         if prompt_frame.inserts_item:  # the processor puts the item before everything
@@ -351,8 +386,13 @@ class ProcessorProbe:
         for shape in shapes:
             try:
                 learnt = self._learn_frame_with(modality, shape)
-            except (ProbeError, placeholders.PlaceholderError):
-                raise  # the processor ran: its output is what cannot be read
+            except placeholders.PlaceholderError:
+                if not self._writes_prompt_alone(modality, shape):
+                    raise  # the processor ran: its output is what cannot be read
+                self.writes_prompt.add(modality)
+                learnt = frame.PromptFrame()  # its text step writes everything
+            except ProbeError:
+                raise
             except Exception as exc:  # noqa: BLE001 - the processor refused this blank item
                 first_error = first_error or exc
                 continue
@@ -395,6 +435,22 @@ class ProcessorProbe:
             one["input_ids"][0].tolist(), token_type_ids(one, self.processor)[0].tolist(), two, sentinel, text_before, inserts
         )
 
+    def _writes_prompt_alone(self, modality: str, shape: BlankShape) -> bool:
+        """Whether the processor's ids for the frame probes' texts (one item, two items)
+        are the same without the items as with blank ones: it lays them out from the
+        text alone (`text_step.py`)."""
+        placeholder = self.placeholder_text(modality) + PROBE_SENTINEL
+        for count in (1, 2):
+            text = placeholder * count
+            try:
+                with_items = self.call_one_item(text, blank_items(self.processor, modality, count, shape), self.default_kwargs)
+                alone = self.call({"text": text}, self.default_kwargs)
+            except Exception:  # noqa: BLE001 - it cannot run one of them: not what it does
+                return False
+            if with_items["input_ids"][0].tolist() != alone["input_ids"][0].tolist():
+                return False
+        return True
+
     @cached_property
     def text_only_frame(self) -> frame.PromptFrame | None:
         """What the processor adds to a prompt without items (Chameleon's separator,
@@ -431,6 +487,11 @@ class ProcessorProbe:
             return
         for i in range(len(hf_data[present[0]])):
             yield {k: [hf_data[k][i]] for k in present}
+
+
+def kwargs_key(hf_kwargs: Mapping[str, object]) -> str:
+    """One string per set of processor kwargs, for what is learnt under them."""
+    return repr(sorted(hf_kwargs.items()))
 
 
 def _root_cause(exc: BaseException) -> BaseException:

@@ -37,7 +37,15 @@ from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class
-from .probes import HF_DATA_KEYS, ProbeError, ProcessorProbe, frames_asked_for, longest_audio_seconds, needs_video_metadata
+from .probes import (
+    HF_DATA_KEYS,
+    ProbeError,
+    ProcessorProbe,
+    frames_asked_for,
+    kwargs_key,
+    longest_audio_seconds,
+    needs_video_metadata,
+)
 from .side_features import has_side_features
 from .token_inputs import media_need_token_ids
 
@@ -115,7 +123,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         processor = self.get_hf_processor()
         default_kwargs = self.ctx.get_merged_mm_kwargs({})
         # the entry holds the processor, so its id stays its own while kept
-        key = (id(processor), repr(sorted(default_kwargs.items())))
+        key = (id(processor), kwargs_key(default_kwargs))
         learnt = _PROBES.pop(key, None)
         if learnt is None:
             learnt = ProcessorProbe(
@@ -329,6 +337,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 raise ValueError(errors.placeholder_mismatch(modality, text, found, given))
             if prompt_frame is not None and not prompt_frame.is_empty:
                 frames.append((prompt_frame, target, given))
+        written = {m: n for m, n in counts.items() if n and m in probes.writes_prompt}
+        if written:  # the processor lays these out itself, from the text (`text_step.py`)
+            inputs = dataclasses.replace(inputs, prompt=probes.written_prompt(inputs.prompt, written, inputs.hf_processor_mm_kwargs))
         if frames:
             inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
         return super().apply(inputs, timing_ctx)

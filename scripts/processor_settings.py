@@ -66,6 +66,8 @@ SETTINGS = [
             processor={"vision_aspect_ratio": "anyres_max_1"}, config={"vision_aspect_ratio": "anyres_max_1"}),
     Setting("gemma3-pan-and-scan", "gemma3", "pan and scan, per request: an image and its crops, text between them in one item",
             per_request=PAN_AND_SCAN),
+    Setting("idefics2-splitting", "idefics2", "image splitting: five sub-images per image, markers shared, written by its processor",
+            image_processor={"do_image_splitting": True}),
 ]
 
 

@@ -25,6 +25,42 @@ def zoo():
     return build
 
 
+class GenericCheckpoints:
+    """Types outside the zoo, built by the sweep's generic shrinker from transformers'
+    default config and processor classes, in a subprocess (an engine decorates HF
+    classes in place), once per session."""
+
+    def __init__(self, root):
+        self.root = root
+        self.built: dict[tuple[str, int], object] = {}
+
+    def __call__(self, model_type: str, seed: int = 0):
+        return self.build({model_type: seed})[model_type]
+
+    def build(self, seeds: dict[str, int]) -> dict:
+        """{type: checkpoint} for each type, built with its seed; the missing ones in one process."""
+        import subprocess
+        import sys
+
+        missing = [(t, s) for t, s in seeds.items() if (t, s) not in self.built]
+        if missing:
+            code = (
+                "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; "
+                "[build_sweep_model(t, Path(sys.argv[1]) / f'{t}-s{s}', int(s)) for t, s in zip(sys.argv[2::2], sys.argv[3::2])]"
+            )
+            args = [x for t, s in missing for x in (t, str(s))]
+            done = subprocess.run([sys.executable, "-c", code, str(self.root), *args], capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, done.stderr[-3000:]
+            self.built.update({(t, s): self.root / f"{t}-s{s}" for t, s in missing})
+        return {t: self.built[(t, s)] for t, s in seeds.items()}
+
+
+@pytest.fixture(scope="session")
+def generic(tmp_path_factory):
+    """`generic(model_type, seed=0)` -> a checkpoint of a type outside the zoo (`GenericCheckpoints`)."""
+    return GenericCheckpoints(tmp_path_factory.mktemp("generic"))
+
+
 class Engines:
     """One live in-process engine at a time, rebuilt only when its settings change."""
 

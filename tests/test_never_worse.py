@@ -82,13 +82,17 @@ def test_a_processor_that_cannot_process_the_largest_item_profiles_with_its_own_
 
 
 @pytest.mark.slow
-def test_unplaceable_checkpoint_fares_exactly_as_without_hf_bridge(zoo):
-    """Idefics2's processor rewrites the text after each image (a space after its closing
-    marker), which vLLM's prompt update cannot do. With hf_bridge installed it is routed
-    to vLLM's in-tree class, so engine start ends exactly as with HF_BRIDGE_DISABLE=1
-    (that backend's own error), after hf_bridge has logged why it stepped aside."""
-    model_dir = zoo("idefics2")
+def test_unplaceable_checkpoint_fares_exactly_as_without_hf_bridge(generic):
+    """Voxtral's processor takes no audio through `__call__` (only through
+    `apply_chat_template`) and refuses a placeholder in its text, so hf_bridge cannot
+    place any of its items. With hf_bridge installed it is routed to vLLM's in-tree
+    class, so engine start ends exactly as with HF_BRIDGE_DISABLE=1 (that backend's own
+    error, from its weight loader), after hf_bridge has logged why it stepped aside."""
+    model_dir = generic("voxtral")
     with_bridge = run_scenario("engine-start", model_dir)
     without = run_scenario("engine-start", model_dir, HF_BRIDGE_DISABLE="1")
     assert with_bridge["start"] == without["start"]
-    assert "hf_bridge cannot place this checkpoint's multimodal items (image: PlaceholderError: the processor dropped or changed the text after the placeholder)" in with_bridge["log"]
+    cause = "There is no module or parameter named 'model.language_model.model' in TransformersMultiModalForCausalLM"
+    assert cause in with_bridge["log"] and cause in without["log"]
+    assert ("hf_bridge cannot place this checkpoint's multimodal items (audio: ProbeError: VoxtralProcessor refused every "
+            "blank audio hf_bridge probes it with (1x1); for the first: ValueError: ") in with_bridge["log"]

@@ -63,24 +63,28 @@ def test_flat_config_with_media_processor_is_served_as_multimodal(zoo, tmp_path)
     assert in_tree == {str(chameleon): "TransformersForCausalLM"}
 
 
-def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo):
-    """Idefics2's processor rewrites the text after each image (a space after its closing
-    marker): hf_bridge cannot place any of its items, so vLLM's in-tree class serves it,
-    exactly as without hf_bridge, and the reason is logged. A MoE VLM resolves to
-    hf_bridge's MoE class."""
-    idefics2, llava, moe = zoo("idefics2"), zoo("llava"), zoo("qwen3_vl_moe")
+def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo, generic):
+    """Voxtral's processor takes no audio through `__call__` (only through
+    `apply_chat_template`): hf_bridge cannot place any of its items, so vLLM's in-tree
+    class serves it, exactly as without hf_bridge, and the reason is logged. Idefics2's
+    processor rewrites the text around its images, from the text alone: hf_bridge lets it
+    write the prompt (`text_step.py`) and serves it. A MoE VLM resolves to hf_bridge's
+    MoE class."""
+    voxtral, idefics2, llava, moe = generic("voxtral"), zoo("idefics2"), zoo("llava"), zoo("qwen3_vl_moe")
     done = subprocess.run(
-        [sys.executable, str(HELPERS / "registry_probe.py"), str(idefics2), str(llava), str(moe)],
+        [sys.executable, str(HELPERS / "registry_probe.py"), str(voxtral), str(idefics2), str(llava), str(moe)],
         capture_output=True, text=True, env=dict(os.environ, HF_BRIDGE_DISABLE="0"), timeout=300,
     )
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
     routed = json.loads(line[len("RESULT "):])["checkpoints"]
     assert routed == {
-        str(idefics2): "HFBridgeInTreeTransformersMultiModalForCausalLM",
+        str(voxtral): "HFBridgeInTreeTransformersMultiModalForCausalLM",
+        str(idefics2): "HFBridgeForConditionalGeneration",
         str(llava): "HFBridgeForConditionalGeneration",
         str(moe): "HFBridgeMoEForConditionalGeneration",
     }
-    assert "hf_bridge cannot place this checkpoint's multimodal items (image: PlaceholderError: the processor dropped or changed the text after the placeholder)" in done.stderr + done.stdout
+    assert ("hf_bridge cannot place this checkpoint's multimodal items (audio: ProbeError: VoxtralProcessor refused every "
+            "blank audio hf_bridge probes it with (1x1); for the first: ValueError: ") in done.stderr + done.stdout
     assert "served by vLLM's in-tree Transformers backend (HFBridgeInTreeTransformersMultiModalForCausalLM)" in done.stderr + done.stdout
 
 

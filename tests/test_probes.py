@@ -143,9 +143,9 @@ def test_a_processor_that_drops_the_types_flag_is_typed_by_the_tokens_it_lists(z
     """Idefics2's own `__call__` drops `return_mm_token_type_ids`. It lists its image token
     (`image_token_ids`), so transformers' `create_mm_token_type_ids` types the ids: the
     image tokens, not the `<fake_token_around_image>` markers around them, which the
-    probed expansion covers. Its placement then stops on what vLLM's prompt update cannot
-    do: the processor writes a space after each image's closing marker, changing how the
-    text after it tokenizes. Listing no token leaves nothing to type by."""
+    probed expansion covers. It then rewrites the text around them, which no per-item
+    replacement can say, but from the text alone: hf_bridge lets it write the prompt
+    (`text_step.py`). Listing no token leaves nothing to type by."""
     from PIL import Image
     from transformers import AutoProcessor
 
@@ -158,8 +158,66 @@ def test_a_processor_that_drops_the_types_flag_is_typed_by_the_tokens_it_lists(z
     ids, types = out["input_ids"][0].tolist(), token_type_ids(out, processor)[0].tolist()
     assert sorted({(i, t) for i, t in zip(ids, types) if t}) == [(processor.image_token_id, 1)]
     assert types.count(1) == processor.image_seq_len
-    assert make_probe(processor).failures == {"image": "PlaceholderError: the processor dropped or changed the text after the placeholder"}
+    probe = make_probe(processor)
+    assert probe.failures == {}
+    assert probe.writes_prompt == {"image"}
+    assert probe.core("image", {}) == (processor.image_token_id,) * processor.image_seq_len
     processor.image_token_id = None
     with pytest.raises(ProbeError, match="lists no multimodal tokens") as raised:
         token_type_ids(out, processor)
     assert str(raised.value) == errors.no_token_types(processor)
+
+
+@pytest.fixture(scope="module")
+def idefics2_probe(zoo):
+    from transformers import AutoProcessor
+
+    return make_probe(AutoProcessor.from_pretrained(zoo("idefics2")))
+
+
+words = st.sampled_from(["hi", " there", "What", ".", " ", "\n", "<end_of_utterance>", "x,y"])
+
+
+@PROBE_SETTINGS
+@given(parts=st.lists(st.one_of(words, st.just("<image>")), min_size=1, max_size=8), splitting=st.booleans())
+def test_a_processor_that_writes_the_prompt_is_laid_out_as_it_writes_it(idefics2_probe, parts, splitting):
+    """Idefics2 shares one marker between adjacent images and puts a space between a
+    closing marker and a word touching it. For any arrangement of words and images, the
+    prompt hf_bridge gives vLLM (the processor's text step with each item's core folded
+    back into its placeholder, `ProcessorProbe.written_prompt`, then each placeholder
+    expanded to the item's own core, as vLLM's prompt update does) equals the ids the
+    processor returns for the whole prompt with its images, with or without image
+    splitting."""
+    from PIL import Image
+
+    probe = idefics2_probe
+    text = "".join(parts)
+    images = [Image.new("RGB", (40 + 9 * i, 64)) for i in range(text.count("<image>"))]
+    kwargs = {"do_image_splitting": splitting}
+    processor = probe.processor
+    processor.image_processor.do_image_splitting = splitting  # its text step reads the attribute, not the kwarg
+    try:
+        expected = processor(text=text, images=[images] if images else None, return_tensors="pt")["input_ids"][0].tolist()
+        prompt = probe.tokenizer.encode(text)
+        if not images:
+            assert prompt == expected
+            return
+        placeholder = probe.placeholder_ids("image")
+        written = probe.written_prompt(prompt, {"image": len(images)}, kwargs)
+        cores = [probe.probe("image", {"images": [image]}, kwargs)[1].token_ids for image in images]
+        assert expand(written, placeholder, cores) == expected
+    finally:
+        processor.image_processor.do_image_splitting = False
+
+
+def expand(ids: list[int], placeholder: list[int], replacements: list) -> list[int]:
+    """`ids` with each occurrence of `placeholder` replaced by the next of `replacements`."""
+    out, items, i = [], iter(replacements), 0
+    while i < len(ids):
+        if ids[i : i + len(placeholder)] == placeholder:
+            out += next(items)
+            i += len(placeholder)
+        else:
+            out.append(ids[i])
+            i += 1
+    return out

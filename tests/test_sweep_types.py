@@ -66,16 +66,8 @@ asserts exactly that failure, and parity still runs."""
 
 
 @pytest.fixture(scope="module")
-def generic_checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("generic")
-    code = (
-        "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; "
-        "[build_sweep_model(t, Path(sys.argv[1]) / t, int(s)) for t, s in zip(sys.argv[2::2], sys.argv[3::2])]"
-    )
-    seeded = [x for t in TYPES for x in (t, str(SEEDS.get(t, 0)))]
-    done = subprocess.run([sys.executable, "-c", code, str(root), *seeded], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {t: root / t for t in TYPES}
+def generic_checkpoints(generic):
+    return generic.build({t: SEEDS.get(t, 0) for t in TYPES})
 
 
 @pytest.mark.engine

@@ -591,14 +591,10 @@ def test_items_alone_are_the_processor_output_of_a_one_item_prompt(zoo):
 
 
 @pytest.fixture(scope="module")
-def emu3_checkpoint(tmp_path_factory):
+def emu3_checkpoint(generic):
     """Emu3 built by the sweep's shrinker: its processor pads a prompt's images to one size
     and its VQ encoder (convolutions and attention) reads the padding."""
-    model_dir = tmp_path_factory.mktemp("emu3") / "emu3"
-    code = "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; build_sweep_model('emu3', Path(sys.argv[1]), 0)"
-    done = subprocess.run([sys.executable, "-c", code, str(model_dir)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return model_dir
+    return generic("emu3")
 
 
 @pytest.mark.engine

@@ -585,8 +585,7 @@ _register(
         make_config=_idefics2_config,
         make_processor=_idefics2_processor,
         special_tokens=["<fake_token_around_image>", "<image>", "<end_of_utterance>"],
-        notes="Its processor returns no mm_token_type_ids (hf_bridge types its listed image token) and writes a space after each image, which vLLM's prompt update cannot: routed to the in-tree backend.",
-        servable=False,
+        notes="Its processor returns no mm_token_type_ids (hf_bridge types its listed image token) and rewrites the text around images (adjacent images share a marker; a space after each closing marker), from the text alone: hf_bridge lets it write the prompt (text_step.py).",
     )
 )
 
