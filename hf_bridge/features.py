@@ -30,6 +30,8 @@ def encode(
     `side_features`, the multi-level features the decoder adds ride along as columns.
     `num_embeds` (the items' embedding positions in all) is needed only by a model that
     encodes inline (`encode_inline`)."""
+    device = next(hf_model.parameters()).device
+    fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
     if encodes_inline(hf_model, hf_model.config, modality):
         if num_embeds is None:
             raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline: their embedding count (num_embeds) is needed")
@@ -38,8 +40,6 @@ def encode(
         return encode_inline(hf_model, modality, fields, num_embeds)
     get_features = features_entry(hf_model, modality)
     accepted = accepted_kwargs(get_features)
-    device = next(hf_model.parameters()).device
-    fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
     kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
     kwargs = _unnamed_pixel_inputs(get_features, kwargs)
     output = get_features(**kwargs, return_dict=True)
@@ -117,7 +117,8 @@ def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, An
     """The rows the HF model's own forward places at `num_embeds` positions of its
     `modality` token (`feature_token_ids`), for a model whose forward encodes items
     inline, with no entry to call: the forward runs on a prompt of those positions alone,
-    and stops where it hands its decoder the embeddings (the decoder never runs).
+    and stops where it hands its decoder the embeddings (the decoder never runs). `fields`
+    are on the model's device (`encode` puts them there).
 
     The decoder is swapped for a stand-in rather than hooked: vLLM's compiled decoder
     classes are called without running module hooks."""
@@ -125,10 +126,9 @@ def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, An
     name = next((n for n, child in hf_model.named_children() if child is decoder), None)
     if name is None:
         raise ValueError(f"{type(hf_model).__name__} has no get_{modality}_features and no decoder child to stop its forward at")
-    device = next(hf_model.parameters()).device
-    fields = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
     accepted = accepted_kwargs(hf_model.forward)
     kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
+    device = next(hf_model.parameters()).device
     input_ids = torch.full((1, num_embeds), feature_token_ids(hf_model.config)[modality], device=device)
     setattr(hf_model, name, _DecoderStandIn(decoder))
     try:
