@@ -1,4 +1,9 @@
-"""The benchmark scripts run (the GPU check as its CPU dry pass), so they cannot rot."""
+"""The benchmark scripts run (the GPU checks as their CPU dry passes), so they cannot rot.
+
+The GPU dry passes take seconds and run with the suite. The CPU benchmarks take minutes
+each (the throughput one over five); they are marked `bench`, which the suite leaves out
+(`addopts` in pyproject.toml), and run on their own: `.venv/bin/python -m pytest -m bench`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).parent.parent / "bench"
 
@@ -39,6 +46,7 @@ def test_capture_rules_script_dry_pass_on_cpu():
     assert len(rows) == 45 and sum(cuda == "refused" for _, cuda, _ in rows) == 28
 
 
+@pytest.mark.bench
 def test_processor_cache_benchmark_runs():
     """bench/processor_cache.py's table, one repeat on the tiny Qwen2-VL at the zoo's and
     at transformers' default sizes, both backends, each with a served (JPEG bytes), a PIL
@@ -54,6 +62,7 @@ def test_processor_cache_benchmark_runs():
     assert re.search(r"served images: JPEG \(quality 90\) of [0-9]+ KiB, decoded .* in [0-9.]+ ms", done.stdout), done.stdout
 
 
+@pytest.mark.bench
 def test_vllm_mm_processor_benchmark_runs_on_both_backends():
     """vLLM's own `bench mm-processor` (random-mm) through bench/mm_processor.py: every
     stage it reports has a figure for hf_bridge and for the in-tree backend."""
@@ -70,6 +79,7 @@ def _backend_rows(script: str, *args: str) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.bench
 def test_throughput_benchmark_prints_the_limit_the_ratios_and_the_profile():
     """bench/throughput.py, eager and in-process, one round of 4 requests: every figure it prints is there."""
     done = subprocess.run([sys.executable, str(BENCH / "throughput.py"), "--modes", "eager", "in-process", "--rounds", "1", "--requests", "4"],

@@ -23,7 +23,7 @@ import re
 import pytest
 
 from hf_bridge.validate import parity
-from hf_bridge.validate.reference import NotApplicable, references
+from hf_bridge.validate.reference import NotApplicable, cache_references, references
 from hf_bridge.zoo import SPECS
 from helpers.conditioning import assert_well_conditioned
 from parity_expectations import NA, XFAIL, OutputsDiffer, PromptIdsDiffer
@@ -62,13 +62,11 @@ _REFERENCED: set[str] = set()
 
 def architecture_references(arch: str, model_dir) -> None:
     """Every parity case of `arch` through transformers at once, in float32 and in float64:
-    one model load per dtype, not one per case (cached beside the model, read per test)."""
+    one interpreter, one model load per dtype, not one per case (cached beside the model, read per test)."""
     if arch in _REFERENCED:
         return
     standard = parity.standard_cases(SPECS[arch].min_image_side)
-    cases = [standard[name] for name in _cases(arch)]
-    references(model_dir, cases)
-    references(model_dir, cases, dtype="float64")
+    cache_references(model_dir, [standard[name] for name in _cases(arch)], ("float32", "float64"))
     _REFERENCED.add(arch)
 
 

@@ -30,10 +30,20 @@ HELPER = Path(__file__).parent / "helpers" / "pooling_checkpoints.py"
 POOLED_ATOL = 1e-4
 
 
-def pooling_checkpoint(kind: str, zoo_dir: Path, out_dir: Path) -> tuple[Path, dict[str, list[float]]]:
-    done = subprocess.run([sys.executable, str(HELPER), kind, str(zoo_dir), str(out_dir)], capture_output=True, text=True)
+BUILT = [("embed", "llava"), ("embed", "qwen3_vl"), ("embed", "gemma3"), ("embed", "qwen3_vl_moe"), ("embed", "chameleon"),
+         ("classify", "gemma3")]
+
+
+@pytest.fixture(scope="module")
+def pooling_checkpoints(zoo, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict[str, list[float]]]]:
+    """(kind, zoo name) -> (checkpoint, transformers' pooled vectors), every one of `BUILT`
+    written in one fresh interpreter."""
+    root = tmp_path_factory.mktemp("pooling")
+    out = {(kind, name): root / f"{name}-{kind}" for kind, name in BUILT}
+    args = [str(x) for (kind, name), out_dir in out.items() for x in (kind, zoo(name), out_dir)]
+    done = subprocess.run([sys.executable, str(HELPER), *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    return out_dir, json.loads((out_dir / REFERENCE).read_text())
+    return {key: (out_dir, json.loads((out_dir / REFERENCE).read_text())) for key, out_dir in out.items()}
 
 
 def pooled(llm, model_dir: Path, names, *, classify: bool = False) -> dict[str, np.ndarray]:
@@ -66,14 +76,14 @@ def assert_pooled_like(reference: dict[str, list[float]], got: dict[str, np.ndar
         ("qwen3_vl_moe", "HFBridgeMoEEmbeddingModel"),
     ],
 )
-def test_base_model_checkpoint_embeds_as_transformers(zoo, engines, tmp_path, name, architecture):
+def test_base_model_checkpoint_embeds_as_transformers(pooling_checkpoints, engines, name, architecture):
     """A VLM's base model saved as an embedding checkpoint (`LlavaModel`, `Qwen3VLModel`
     with deepstack and M-RoPE, `Gemma3Model`, `Qwen3VLMoeModel`): hf_bridge's embedding
     class, pooling the last token by default, gives transformers' last hidden state
     there, image or not. vLLM has no Transformers-backend class for an MoE VLM's
     embeddings: without hf_bridge it serves its native Qwen3-VL-MoE, which fails to load
     the tiny checkpoint (`norm_topk_prob`)."""
-    model_dir, reference = pooling_checkpoint("embed", zoo(name), tmp_path / f"{name}-embed")
+    model_dir, reference = pooling_checkpoints["embed", name]
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     config = llm.llm_engine.model_config
     assert config.architecture == architecture
@@ -82,33 +92,33 @@ def test_base_model_checkpoint_embeds_as_transformers(zoo, engines, tmp_path, na
 
 
 @pytest.mark.engine
-def test_generation_checkpoint_under_the_pooling_runner_embeds_as_its_base_model(zoo, engines, tmp_path):
+def test_generation_checkpoint_under_the_pooling_runner_embeds_as_its_base_model(zoo, pooling_checkpoints, engines):
     """`runner="pooling"` on a generation checkpoint: vLLM wraps hf_bridge's generation
     class in its own adapter; Qwen3-VL embeds as its base model does in transformers."""
-    _, reference = pooling_checkpoint("embed", zoo("qwen3_vl"), tmp_path / "qwen3_vl-embed")
+    _, reference = pooling_checkpoints["embed", "qwen3_vl"]
     llm = engines.get(zoo("qwen3_vl"), limit_mm_per_prompt={"image": 2}, runner="pooling", convert="embed")
     assert llm.llm_engine.model_config.architecture == "HFBridgeForConditionalGeneration"
     assert_pooled_like(reference, pooled(llm, zoo("qwen3_vl"), reference))
 
 
 @pytest.mark.engine
-def test_sequence_classification_checkpoint_classifies_as_transformers(zoo, engines, tmp_path):
+def test_sequence_classification_checkpoint_classifies_as_transformers(pooling_checkpoints, engines):
     """`Gemma3ForSequenceClassification`: its `score` head loads, reads the last token's
     state as transformers' does, and gives transformers' probabilities."""
-    model_dir, reference = pooling_checkpoint("classify", zoo("gemma3"), tmp_path / "gemma3-classify")
+    model_dir, reference = pooling_checkpoints["classify", "gemma3"]
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     assert llm.llm_engine.model_config.architecture == "HFBridgeForSequenceClassification"
     assert_pooled_like(reference, pooled(llm, model_dir, reference, classify=True))
 
 
 @pytest.mark.engine
-def test_flat_config_base_model_embeds_as_transformers(zoo, engines, tmp_path):
+def test_flat_config_base_model_embeds_as_transformers(pooling_checkpoints, engines):
     """`ChameleonModel`, whose config has no `vision_config`: vLLM resolves it to its
     text-only `TransformersEmbeddingModel`, which refuses images ("Multi-modal processor
     not available for text-only models"); its processor takes images, so hf_bridge serves
     it. A text-only prompt gets the separator Chameleon's processor appends, as in
     generation (`text_only_prompts.py`), so it embeds as in transformers too."""
-    model_dir, reference = pooling_checkpoint("embed", zoo("chameleon"), tmp_path / "chameleon-embed")
+    model_dir, reference = pooling_checkpoints["embed", "chameleon"]
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     assert llm.llm_engine.model_config.architecture == "HFBridgeEmbeddingModel"
     assert_pooled_like(reference, pooled(llm, model_dir, ("one_image", "two_images", "text_only")))

@@ -16,7 +16,7 @@ import pytest
 from hf_bridge.hf_classes import base_model_class, remote_code_class
 from hf_bridge.validate import parity
 from hf_bridge.validate.checkpoint import load_config, load_processor, refuse_untrusted_code, remote_code_trusted
-from hf_bridge.validate.reference import references
+from hf_bridge.validate.reference import cache_references, references
 from hf_bridge.zoo.remote_code import LOGIT_SCALE, PREFIX, remote_code_copy
 from helpers.conditioning import assert_well_conditioned
 from helpers.scripts import load_script
@@ -105,10 +105,13 @@ def test_inspect_reads_a_trusted_checkpoints_processor(own_code):
     assert f"{PREFIX}LlavaProcessor" in str(shown) and "image 0: positions" in str(shown), shown
 
 
-def trusted_reference(model_dir, case):
+def trusted_reference(model_dir, case, arch_cases: list[str]):
     """transformers' result for `case` on a checkpoint whose code is trusted, checked not
-    degenerate and well conditioned, with the checkpoint's own processor."""
+    degenerate and well conditioned, with the checkpoint's own processor. The first call
+    computes every case the copy runs (`arch_cases`), in float32 and float64, in one interpreter."""
+    standard = parity.standard_cases(64)
     with remote_code_trusted(True):
+        cache_references(model_dir, [standard[name] for name in arch_cases], ("float32", "float64"))
         (reference,) = references(model_dir, [case])
         assert not parity.is_degenerate(reference.tokens), reference.tokens
         assert_well_conditioned(model_dir, case, reference)
@@ -120,7 +123,7 @@ def trusted_reference(model_dir, case):
 def test_own_code_keeps_parity(arch, case, own_code, engines):
     model_dir = own_code[arch]
     the_case = parity.standard_cases(64)[case]
-    reference, processor = trusted_reference(model_dir, the_case)
+    reference, processor = trusted_reference(model_dir, the_case, CASES[arch])
     limits = {"image": 2, "video": 1} if arch == "qwen2_vl" else {"image": 2}
     llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt=limits)
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
@@ -134,7 +137,7 @@ def test_own_model_classes_under_a_transformers_config_keep_parity(case, own_cod
     transformers' LLaVA head for this config: log-probs off by up to 3.2)."""
     model_dir = own_code[TRANSFORMERS_CONFIG]
     the_case = parity.standard_cases(64)[case]
-    reference, processor = trusted_reference(model_dir, the_case)
+    reference, processor = trusted_reference(model_dir, the_case, CASES["llava"])
     llm = engines.get(model_dir, trust_remote_code=True, limit_mm_per_prompt={"image": 2})
     assert type(llm.model_config.hf_config).__module__.startswith("transformers.models.llava")
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []

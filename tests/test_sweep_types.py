@@ -36,7 +36,7 @@ import pytest
 
 from helpers.conditioning import assert_well_conditioned
 from hf_bridge.validate import parity
-from hf_bridge.validate.reference import references
+from hf_bridge.validate.reference import cache_references, references
 
 CASES = {
     "cohere2_vision": ["one_image", "text_only"],
@@ -76,7 +76,10 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
     from transformers import AutoProcessor
 
     model_dir = generic_checkpoints[model_type]
-    the_case = parity.standard_cases(64)[case]
+    standard = parity.standard_cases(64)
+    the_case = standard[case]
+    # the type's every case at once, in float32 and float64: one interpreter, not one per case and dtype
+    cache_references(model_dir, [standard[name] for name in CASES[model_type]], ("float32", "float64"))
     (reference,) = references(model_dir, [the_case])
     assert not parity.is_degenerate(reference.tokens), reference.tokens
     if (model_type, case) in NO_FLOAT64:
@@ -105,8 +108,8 @@ def test_per_layer_token_inputs_in_compiled_mode(generic_checkpoints, engines):
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "audio": 1, "video": 1}, enforce_eager=False)
     cases = parity.standard_cases(64)
-    for name in ("one_image", "text_only", "two_images"):
-        (reference,) = references(model_dir, [cases[name]])
+    names = ("one_image", "text_only", "two_images")
+    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
         assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
 
 

@@ -373,13 +373,11 @@ def run(
             with progress(f"transformers encoder rows for {len(cases)} case(s)"):
                 hf_rows_file(model_dir, cases, feature_token_ids(load_config(model_dir)), encoder_rows)
         if "decoding" in stage_names:
-            from .reference import references
+            from .reference import cache_references
 
-            with progress(f"transformers reference for {len(cases)} case(s)"):
-                references(model_dir, cases)
-            if exact_reference:
-                with progress(f"transformers reference in float64 for {len(cases)} case(s)"):
-                    references(model_dir, cases, dtype="float64")
+            dtypes = ("float32", "float64") if exact_reference else ("float32",)
+            with progress(f"transformers reference in {' and '.join(dtypes)} for {len(cases)} case(s)"):
+                cache_references(model_dir, cases, dtypes)
         for name in impls:
             with progress(f"{name}: {', '.join(stage_names)}"):
                 verdicts, strips = run_worker(name, model_dir, list(stage_names), cases, encoder_rows, lenient, exact_reference)

@@ -35,24 +35,34 @@ def references(model_dir: str | Path, cases: list[parity.Case], dtype: str = "fl
     exact reference the float32 one's rounding is measured against (`parity.rounding_error`);
     `"bfloat16"` the one an engine in bfloat16 is judged against, by `parity.compare_lenient`.
     `items_alone`: transformers with each item encoded alone (`encoder.rows_placed_alone`)."""
+    cache = cache_references(model_dir, cases, (dtype,), items_alone)
+    entries = [cache[_cache_key(c, dtype, items_alone)] for c in cases]
+    return [NotApplicable(e["error"]) if "error" in e else parity.Result(**e) for e in entries]
+
+
+def cache_references(model_dir: str | Path, cases: list[parity.Case], dtypes: tuple[str, ...] = ("float32",),
+                     items_alone: bool = False) -> dict:
+    """Computes the references of `cases` in each of `dtypes` that the cache beside the model
+    lacks, all in one clean interpreter (one start-up, not one per dtype), and returns the cache."""
     model_dir = Path(model_dir)
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     if cache.pop("harness", None) != _harness_digest():
         cache = {}  # the reference recipe changed: recompute everything
-    keys = {c.key(): _cache_key(c, dtype, items_alone) for c in cases}
-    missing = [case_key for case_key, key in keys.items() if key not in cache]
+    missing = {dtype: [c.key() for c in cases if _cache_key(c, dtype, items_alone) not in cache] for dtype in dtypes}
+    missing = {dtype: keys for dtype, keys in missing.items() if keys}
     if missing:
         variant = ["--items-alone"] if items_alone else []
-        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", "--dtype", dtype, *variant, str(model_dir), *missing]
+        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", *variant, str(model_dir), json.dumps(missing)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
         computed = json.loads(done.stdout.strip().splitlines()[-1])
-        cache.update({keys[case_key]: entry for case_key, entry in computed.items()})
+        by_key = {c.key(): c for c in cases}
+        for dtype, entries in computed.items():
+            cache.update({_cache_key(by_key[key], dtype, items_alone): entry for key, entry in entries.items()})
         cache_file.write_text(json.dumps({**cache, "harness": _harness_digest()}))
-    entries = [cache[keys[c.key()]] for c in cases]
-    return [NotApplicable(e["error"]) if "error" in e else parity.Result(**e) for e in entries]
+    return cache
 
 
 def rounding_problems(model_dir: str | Path, cases: list[parity.Case], results: list) -> list[str]:
@@ -102,26 +112,28 @@ def _harness_digest() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
     parser.add_argument("--items-alone", action="store_true", help="encode each item alone (`encoder.rows_placed_alone`)")
     parser.add_argument("model_dir")
-    parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
+    parser.add_argument("cases", help='JSON: {dtype ("float32", "float64" or "bfloat16"): [JSON of `parity.Case` fields, ...]}')
     args = parser.parse_args(argv)
 
     from .checkpoint import load_processor
     from .encoder import rows_placed_alone
 
     processor = load_processor(args.model_dir)
-    model = parity.load_generation_model(args.model_dir, args.dtype)
-    results = {}
-    for key in args.cases:
-        case = parity.Case(**json.loads(key))
-        try:
-            with rows_placed_alone(model, processor, case) if args.items_alone else contextlib.nullcontext():
-                result = parity.hf_reference(args.model_dir, case, model=model, processor=processor)
-            results[key] = dataclasses.asdict(result)
-        except Exception as exc:  # recorded: transformers' own error makes the case N/A
-            results[key] = {"error": f"{type(exc).__name__}: {exc}"}
+    results: dict[str, dict] = {}
+    for dtype, keys in json.loads(args.cases).items():
+        model = parity.load_generation_model(args.model_dir, dtype)
+        results[dtype] = {}
+        for key in keys:
+            case = parity.Case(**json.loads(key))
+            try:
+                with rows_placed_alone(model, processor, case) if args.items_alone else contextlib.nullcontext():
+                    result = parity.hf_reference(args.model_dir, case, model=model, processor=processor)
+                results[dtype][key] = dataclasses.asdict(result)
+            except Exception as exc:  # recorded: transformers' own error makes the case N/A
+                results[dtype][key] = {"error": f"{type(exc).__name__}: {exc}"}
+        del model
     print(json.dumps(results))
 
 

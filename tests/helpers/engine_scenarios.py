@@ -1,4 +1,5 @@
-"""Engine scenarios that need vLLM's default multiprocess engine, run as a subprocess.
+"""Engine scenarios run as a subprocess: most need vLLM's default multiprocess engine; all
+need a process whose plugin state is their own.
 
 Prints one JSON object per line: {"step": ..., "ok": ..., "error": ..., "tokens": ...}.
 """

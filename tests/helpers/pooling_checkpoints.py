@@ -9,7 +9,8 @@ outputs for the standard cases beside them (run in a fresh process, as reference
         OUT_DIR: the model's `AutoModelForSequenceClassification` class over the same
         weights, with a seeded 3-label head; the reference is each case's probabilities.
 
-Each writes OUT_DIR/pooling_reference.json: {case name: vector}.
+Each writes OUT_DIR/pooling_reference.json: {case name: vector}. Several triples in one
+call are written in turn, in one interpreter.
 """
 
 from __future__ import annotations
@@ -56,4 +57,6 @@ def main(kind: str, zoo_dir: Path, out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
+    args = sys.argv[1:]
+    for kind, zoo_dir, out_dir in zip(args[::3], args[1::3], args[2::3]):
+        main(kind, Path(zoo_dir), Path(out_dir))
