@@ -3,6 +3,10 @@
 Engines run in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): they start in seconds and
 real exceptions surface in the test. Tests that need vLLM's default multiprocess engine
 (bad input, tensor parallel, serving) start it in a subprocess of their own.
+
+The suite runs in two workers (pytest-xdist, `-n 2 --dist loadfile`: a file's tests in
+one process, in order). What they share on disk is written under a file lock: the zoo's
+checkpoints (`zoo.build`) and the references cached beside them (`validate.reference`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ import os
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    # the suite's test workers (`-n 2`) run side by side: each keeps its own vLLM compile
+    # cache and transformers' copies of checkpoint code, which two writers would race on
+    for variable, default in (("VLLM_CACHE_ROOT", "~/.cache/vllm"), ("HF_MODULES_CACHE", "~/.cache/huggingface/modules")):
+        os.environ[variable] = os.path.join(os.path.expanduser(os.environ.get(variable, default)), f"pytest-{worker}")
 
 import pytest
 

@@ -590,6 +590,29 @@ def test_items_alone_are_the_processor_output_of_a_one_item_prompt(zoo):
     assert not torch.equal(alone[0][1]["pixel_values"], alone[1][1]["pixel_values"])
 
 
+def test_references_beside_the_rows_are_those_of_a_model_that_computed_nothing_else(zoo):
+    """transformers' side computes validate's encoder rows and its float32 references on one
+    model load: the rows leave the model as they found it (their hook removed), so the
+    references are bitwise those of a fresh model."""
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.checkpoint import load_processor
+    from hf_bridge.validate.encoder import hf_rows
+    from hf_bridge.validate.transformers_side import compute_references
+
+    model_dir = str(zoo("llava"))
+    processor = load_processor(model_dir)
+    case = parity.standard_cases(64)["two_images"]
+    wanted = {"float32": [case.key()]}
+    model = parity.load_generation_model(model_dir)
+    rows, counts, alone = hf_rows(model, processor, [case], feature_token_ids(model.config))
+    assert rows[case.name].shape[0] == counts[case.name] == alone[case.name].shape[0] > 0
+    assert not model.get_decoder()._forward_pre_hooks
+    beside = compute_references(model_dir, wanted, processor, float32_model=model)
+    assert "error" not in beside["float32"][case.key()] and len(set(beside["float32"][case.key()]["tokens"])) > 1
+    assert beside == compute_references(model_dir, wanted, processor)
+
+
 @pytest.fixture(scope="module")
 def emu3_checkpoint(generic):
     """Emu3 built by the sweep's shrinker: its processor pads a prompt's images to one size

@@ -2,9 +2,12 @@
 
 Each implementation runs in its own interpreter (the in-tree backend needs
 `HF_BRIDGE_DISABLE=1` before vLLM loads its plugins, and an engine decorates HF classes
-in place); transformers' reference runs in another (`reference.py`). A worker prints
-one `VERDICT {...}` line per verdict as soon as it has it, so a worker that dies still
-leaves what it checked, and the rest is reported as not checked, with the worker's error.
+in place); transformers' side (encoder rows and references) runs in another
+(`transformers_side.py`). A worker starts at once and prepares (imports vLLM, builds its
+processors) while transformers' side computes, or while the worker before it checks, and
+waits for its release before checking anything. It prints one `VERDICT {...}` line per
+verdict as soon as it has it, so a worker that dies still leaves what it checked, and
+the rest is reported as not checked, with the worker's error.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from . import stages
 from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
 from .checkpoint import load_config, load_processor, refuse_untrusted_code, remote_code_trusted, trusts_remote_code
 from .report import Report
+from .reference import missing_references, store_references
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
+from .transformers_side import RowsWanted, TransformersSide
 
 IMPLS = {
     "hf_bridge": ("transformers", {}),
@@ -140,18 +145,16 @@ def emit_view(impl: str, case: str, inspection) -> None:
     print(VIEW_PREFIX + json.dumps({"impl": impl, "case": case, "html": inspection._repr_html_()}), flush=True)
 
 
-def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None) -> None:
-    """vLLM's prompt ids and item ranges against the HF processor's, and the embedding
-    positions its items announce against the rows the HF encoder returns, per case."""
+def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None, hf_processor, processor) -> None:
+    """vLLM's prompt ids and item ranges (from `processor`, vLLM's) against the HF
+    processor's, and the embedding positions its items announce against the rows the HF
+    encoder returns, per case."""
     from .. import inspect as inspection
     from . import parity
     from ..features import feature_token_ids
     from .encoder import load_rows
 
     row_counts = load_rows(encoder_rows)[1] if encoder_rows is not None else {}
-
-    hf_processor = load_processor(model_dir)
-    processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0], trust_remote_code=trusts_remote_code())
     features = feature_token_ids(load_config(model_dir))
     for case in cases:
         if not case.media_counts:
@@ -198,8 +201,8 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
         emit(Verdict(impl, case.name, "processing", FAIL if problems else PASS, detail))
 
 
-def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, lenient: bool = False,
-                 exact_reference: bool = False) -> None:
+def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, hf_processor,
+                 lenient: bool = False, exact_reference: bool = False) -> None:
     """Each case through one engine: the rows its decoder received against transformers'
     (encoder), and decoding: strict parity (prompt ids, greedy tokens, log-probs within
     1e-3), or with `lenient` vLLM's own tests' rule (`parity.compare_lenient`); with
@@ -211,7 +214,6 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     from .engine import make_llm, shutdown
     from .reference import NotApplicable, neighbours_diagnosis, references
 
-    hf_processor = load_processor(model_dir)
     results = references(model_dir, cases)
     exact = references(model_dir, cases, dtype="float64") if exact_reference else [None] * len(cases)
     hf_rows, _, rows_alone = load_rows(encoder_rows) if encoder_rows is not None else ({}, {}, {})
@@ -280,52 +282,92 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_
 
 def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None, lenient: bool = False,
            exact_reference: bool = False) -> None:
+    from .. import inspect as inspection
     from . import parity
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # RowCapture reaches the model in process
     cases = [parity.Case(**json.loads(key)) for key in case_keys]
+    hf_processor = load_processor(model_dir)
+    processor = None
     if "processing" in stage_names:
-        check_processing(impl, model_dir, cases, encoder_rows)
+        processor = inspection.build_processor(model_dir, model_impl=IMPLS[impl][0], trust_remote_code=trusts_remote_code())
+    else:
+        import vllm  # noqa: F401 - its import is most of a start-up; done before the release
+    sys.stdin.readline()  # the release (`Worker.release`); an empty or closed stdin releases at once
+    if processor is not None:
+        check_processing(impl, model_dir, cases, encoder_rows, hf_processor, processor)
     if "encoder" in stage_names or "decoding" in stage_names:
-        check_engine(impl, model_dir, cases, stage_names, encoder_rows, lenient, exact_reference)
+        check_engine(impl, model_dir, cases, stage_names, encoder_rows, hf_processor, lenient, exact_reference)
 
 
 # -- in the command's process -------------------------------------------------------------
 
 
-def run_worker(
-    impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None, lenient: bool = False,
-    exact_reference: bool = False,
-) -> tuple[list[Verdict], dict[tuple[str, str], str]]:
-    """One implementation's verdicts, those its worker did not reach not checked, and the
-    prompts as its processor placed them ((impl, case) -> HTML)."""
-    command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
-               "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases])]
-    if lenient:
-        command.append("--lenient")
-    if exact_reference:
-        command.append("--exact-reference")
-    if encoder_rows is not None:
-        command += ["--encoder-rows", str(encoder_rows)]
-    env = dict(os.environ, **IMPLS[impl][1])
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=WORKER_TIMEOUT, env=env)
-        stdout, stderr, died = done.stdout, done.stderr, done.returncode != 0
-    except subprocess.TimeoutExpired as timeout:
-        stdout, stderr, died = timeout.stdout or "", f"timed out after {WORKER_TIMEOUT} s", True
-        stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
-        stderr = stderr if isinstance(stderr, str) else stderr.decode()
-    verdicts = [Verdict(**json.loads(line[len(VERDICT_PREFIX):])) for line in stdout.splitlines() if line.startswith(VERDICT_PREFIX)]
-    views = [json.loads(line[len(VIEW_PREFIX):]) for line in stdout.splitlines() if line.startswith(VIEW_PREFIX)]
-    strips = {(v["impl"], v["case"]): v["html"] for v in views}
-    if died:
-        cause = stages.last_exception(stderr)
-        reached = {(v.case, v.stage) for v in verdicts}
-        verdicts += [
-            Verdict(impl, case, stage, NOT_CHECKED, f"the {impl} worker stopped: {cause}")
-            for stage in stage_names for case in (c.name for c in cases) if (case, stage) not in reached
-        ]
-    return verdicts, strips
+class Worker:
+    """One implementation's worker, started at once: it prepares, then waits for `release`
+    (transformers' side done, the worker before it finished) before checking anything."""
+
+    def __init__(self, impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None,
+                 scratch: Path, lenient: bool = False, exact_reference: bool = False):
+        self.impl, self.stage_names, self.case_names = impl, stage_names, [c.name for c in cases]
+        command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
+                   "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases])]
+        if lenient:
+            command.append("--lenient")
+        if exact_reference:
+            command.append("--exact-reference")
+        if encoder_rows is not None:
+            command += ["--encoder-rows", str(encoder_rows)]
+        # files, not pipes: nobody reads a worker's output while it waits for its release
+        self._stdout, self._stderr = (open(scratch / f"{impl}.{name}", "w+") for name in ("stdout", "stderr"))
+        env = dict(os.environ, **IMPLS[impl][1])
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, text=True, env=env)
+
+    def release(self) -> None:
+        """Lets it check (once transformers' side is done and the worker before it finished)."""
+        try:
+            self._process.stdin.write("go\n")
+            self._process.stdin.close()
+        except BrokenPipeError:  # it died preparing: `finish` reports why
+            pass
+
+    def finish(self) -> tuple[list[Verdict], dict[tuple[str, str], str]]:
+        """Releases it and waits: its verdicts, those it did not reach not checked, and the
+        prompts as its processor placed them ((impl, case) -> HTML)."""
+        self.release()
+        try:
+            died = self._process.wait(timeout=WORKER_TIMEOUT) != 0
+            stderr = self._read(self._stderr)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+            died, stderr = True, f"timed out after {WORKER_TIMEOUT} s"
+        stdout = self._read(self._stdout)
+        verdicts = [Verdict(**json.loads(line[len(VERDICT_PREFIX):])) for line in stdout.splitlines() if line.startswith(VERDICT_PREFIX)]
+        views = [json.loads(line[len(VIEW_PREFIX):]) for line in stdout.splitlines() if line.startswith(VIEW_PREFIX)]
+        strips = {(v["impl"], v["case"]): v["html"] for v in views}
+        if died:
+            cause = stages.last_exception(stderr)
+            reached = {(v.case, v.stage) for v in verdicts}
+            verdicts += [
+                Verdict(self.impl, case, stage, NOT_CHECKED, f"the {self.impl} worker stopped: {cause}")
+                for stage in self.stage_names for case in self.case_names if (case, stage) not in reached
+            ]
+        return verdicts, strips
+
+    def stop(self) -> None:
+        """Ends it where it still runs (the command gave up), and closes its output."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._stdout.close()
+        self._stderr.close()
+
+    @staticmethod
+    def _read(file) -> str:
+        file.flush()
+        file.seek(0)
+        return file.read()
 
 
 def run(
@@ -364,26 +406,45 @@ def run(
         refuse_untrusted_code(model_dir, "hf-bridge validate")
         cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios)
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
-        encoder_rows = None
-        if "encoder" in stage_names or "processing" in stage_names:
-            from ..features import feature_token_ids
-            from .encoder import hf_rows_file
-
-            encoder_rows = Path(scratch) / "encoder_rows.npz"
-            with progress(f"transformers encoder rows for {len(cases)} case(s)"):
-                hf_rows_file(model_dir, cases, feature_token_ids(load_config(model_dir)), encoder_rows)
-        if "decoding" in stage_names:
-            from .reference import cache_references
-
-            dtypes = ("float32", "float64") if exact_reference else ("float32",)
-            with progress(f"transformers reference in {' and '.join(dtypes)} for {len(cases)} case(s)"):
-                cache_references(model_dir, cases, dtypes)
-        for name in impls:
-            with progress(f"{name}: {', '.join(stage_names)}"):
-                verdicts, strips = run_worker(name, model_dir, list(stage_names), cases, encoder_rows, lenient, exact_reference)
-            report.verdicts += verdicts
-            report.strips.update(strips)
+        scratch = Path(scratch)
+        side, encoder_rows = start_transformers_side(model_dir, cases, stage_names, exact_reference, scratch)
+        workers = [Worker(impls[0], model_dir, list(stage_names), cases, encoder_rows, scratch, lenient, exact_reference)]
+        try:
+            if side is not None:
+                with progress(f"transformers: {side.work}, while the {impls[0]} worker starts"):
+                    store_references(model_dir, cases, side.result())
+            for number, name in enumerate(impls):
+                if number + 1 < len(impls):  # the next prepares while this one checks
+                    workers.append(Worker(impls[number + 1], model_dir, list(stage_names), cases, encoder_rows, scratch, lenient, exact_reference))
+                with progress(f"{name}: {', '.join(stage_names)}"):
+                    verdicts, strips = workers[number].finish()
+                report.verdicts += verdicts
+                report.strips.update(strips)
+        finally:
+            for started in [side, *workers]:
+                if started is not None:
+                    started.stop()
     return report
+
+
+def start_transformers_side(model_dir: str, cases: list, stage_names: Sequence[str], exact_reference: bool,
+                            scratch: Path) -> tuple[TransformersSide | None, Path | None]:
+    """transformers' side of the run, started (None where the run needs nothing of it): the
+    references decoding lacks, and the encoder rows the processing and encoder stages
+    compare with, with the file they are saved to."""
+    from ..features import feature_token_ids
+
+    wanted = missing_references(model_dir, cases, reference_dtypes(exact_reference)) if "decoding" in stage_names else {}
+    rows = None
+    if "encoder" in stage_names or "processing" in stage_names:
+        rows = RowsWanted(scratch / "encoder_rows.npz", cases, feature_token_ids(load_config(model_dir)))
+    if not wanted and rows is None:
+        return None, None
+    return TransformersSide(model_dir, wanted, rows=rows), rows.path if rows else None
+
+
+def reference_dtypes(exact_reference: bool) -> tuple[str, ...]:
+    return ("float32", "float64") if exact_reference else ("float32",)
 
 
 def case_pngs(case) -> list[bytes]:

@@ -2,8 +2,8 @@
 
 transformers: the rows the HF model's forward hands its decoder (`inputs_embeds`) at the
 positions of the config's image/video/audio token, captured by a pre-hook on
-`get_decoder()`, in a clean interpreter (as references are). vLLM: the rows its model
-model's prefill receives (`inputs_embeds`: vLLM feeds multimodal models embeddings) at
+`get_decoder()`, in a clean interpreter with the references (`transformers_side.py`).
+vLLM: the rows its model's prefill receives (`inputs_embeds`: vLLM feeds multimodal models embeddings) at
 the same positions, captured by a forward pre-hook. Both are the encoder's output as
 placed, whatever the model's own splitting and merging, so one rule serves hf_bridge,
 the in-tree backend and native models.
@@ -11,11 +11,8 @@ the in-tree backend and native models.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,53 +20,52 @@ import numpy as np
 from . import parity
 
 
-def hf_rows(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int]):
-    """(case name -> the rows transformers' decoder receives at feature-token positions, or
+def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, int]):
+    """(case name -> the rows `model`'s decoder receives at feature-token positions, or
     the reason there are none; case name -> `encoder_row_count`; case name -> the rows of
     its items encoded alone, `rows_of_items_alone`, for cases with several items of a
-    modality). Runs in this interpreter: call `hf_rows_file`."""
+    modality). Runs in this interpreter, which must be clean: `transformers_side.py`."""
     import torch
 
-    from .checkpoint import load_processor
-
-    processor = load_processor(model_dir)
-    model = parity.load_generation_model(model_dir)
     captured: list[torch.Tensor] = []
 
     def keep_inputs_embeds(module, args, kwargs):
         if kwargs.get("inputs_embeds") is not None:
             captured.append(kwargs["inputs_embeds"].detach())
 
-    model.get_decoder().register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
+    handle = model.get_decoder().register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
     out: dict[str, np.ndarray | str] = {}
     counts: dict[str, int | str] = {}
     alone: dict[str, np.ndarray] = {}
-    for case in cases:
-        captured.clear()
-        try:
-            inputs = parity.hf_inputs(processor, case)
-            inputs.pop("labels", None)
-        except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
-            out[case.name] = counts[case.name] = f"transformers: {type(error).__name__}: {error}"
-            continue
-        counts[case.name] = encoder_row_count(model, inputs, case)
-        try:
-            with torch.no_grad():
-                model(**inputs)
-        except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
-            out[case.name] = f"transformers: {type(error).__name__}: {error}"
-            continue
-        if not captured:
-            out[case.name] = "the HF model did not call its decoder with inputs_embeds"
-            continue
-        ids = inputs["input_ids"][0]
-        positions = feature_positions(ids.tolist(), feature_ids)
-        out[case.name] = captured[0][0][positions].float().numpy()
-        if has_neighbours(case):
+    try:
+        for case in cases:
+            captured.clear()
             try:
-                alone[case.name] = rows_of_items_alone(model, processor, case).float().numpy()
-            except Exception:  # noqa: BLE001 - only a diagnosis: without it, the rows are compared as they are
-                pass
+                inputs = parity.hf_inputs(processor, case)
+                inputs.pop("labels", None)
+            except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
+                out[case.name] = counts[case.name] = f"transformers: {type(error).__name__}: {error}"
+                continue
+            counts[case.name] = encoder_row_count(model, inputs, case)
+            try:
+                with torch.no_grad():
+                    model(**inputs)
+            except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
+                out[case.name] = f"transformers: {type(error).__name__}: {error}"
+                continue
+            if not captured:
+                out[case.name] = "the HF model did not call its decoder with inputs_embeds"
+                continue
+            ids = inputs["input_ids"][0]
+            positions = feature_positions(ids.tolist(), feature_ids)
+            out[case.name] = captured[0][0][positions].float().numpy()
+            if has_neighbours(case):
+                try:
+                    alone[case.name] = rows_of_items_alone(model, processor, case).float().numpy()
+                except Exception:  # noqa: BLE001 - only a diagnosis: without it, the rows are compared as they are
+                    pass
+    finally:
+        handle.remove()  # the model serves the references next, in the same interpreter
     return out, counts, alone
 
 
@@ -158,20 +154,19 @@ def feature_positions(prompt_ids: list[int], feature_ids: dict[str, int]) -> lis
     return [i for i, t in enumerate(prompt_ids) if t in tokens]
 
 
-def hf_rows_file(model_dir: str | Path, cases: list[parity.Case], feature_ids: dict[str, int], path: Path) -> None:
-    """`hf_rows` in a clean interpreter, saved to `path` (.npz, reasons under `__reasons__`)."""
-    command = [sys.executable, "-m", "hf_bridge.validate.encoder", str(model_dir), str(path), json.dumps(feature_ids),
-               *(c.key() for c in cases)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"transformers' encoder rows could not be computed:\n{done.stderr[-3000:]}")
-
-
 ALONE_PREFIX = "alone:"
 
 
+def save_rows(path: Path, rows: dict, counts: dict, alone: dict) -> None:
+    """What `hf_rows` returned, saved to `path` (.npz, reasons under `__reasons__`)."""
+    arrays = {k: v for k, v in rows.items() if isinstance(v, np.ndarray)}
+    arrays.update({ALONE_PREFIX + k: v for k, v in alone.items()})
+    reasons = {k: v for k, v in rows.items() if isinstance(v, str)}
+    np.savez(path, __reasons__=np.array(json.dumps(reasons)), __counts__=np.array(json.dumps(counts)), **arrays)
+
+
 def load_rows(path: Path) -> tuple[dict[str, np.ndarray | str], dict[str, int | str], dict[str, np.ndarray]]:
-    """What `hf_rows_file` saved: (rows or reasons, encoder row counts, rows of the items
+    """What `save_rows` saved: (rows or reasons, encoder row counts, rows of the items
     encoded alone) per case name."""
     with np.load(path) as saved:
         rows: dict[str, np.ndarray | str] = {k: saved[k] for k in saved.files if not k.startswith(("__", ALONE_PREFIX))}
@@ -214,22 +209,3 @@ class RowCapture:
         if not kept:
             return None
         return kept[0].reshape(-1, kept[0].shape[-1])[list(positions)].numpy()
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("model_dir")
-    parser.add_argument("out")
-    parser.add_argument("feature_ids", help="JSON: modality -> token id")
-    parser.add_argument("cases", nargs="+", help="JSON of `parity.Case` fields, one per case")
-    args = parser.parse_args(argv)
-    cases = [parity.Case(**json.loads(key)) for key in args.cases]
-    rows, counts, alone = hf_rows(args.model_dir, cases, json.loads(args.feature_ids))
-    arrays = {k: v for k, v in rows.items() if isinstance(v, np.ndarray)}
-    arrays.update({ALONE_PREFIX + k: v for k, v in alone.items()})
-    reasons = {k: v for k, v in rows.items() if isinstance(v, str)}
-    np.savez(args.out, __reasons__=np.array(json.dumps(reasons)), __counts__=np.array(json.dumps(counts)), **arrays)
-
-
-if __name__ == "__main__":
-    main()

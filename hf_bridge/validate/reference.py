@@ -1,23 +1,19 @@
-"""Transformers reference results, computed in a clean subprocess and cached on disk.
-
-The reference must come from an untouched transformers: once vLLM's in-tree
-Transformers backend (which validate also runs) has built an engine in a process, it
-has decorated HF model classes in place for torch.compile, so an HF model in that
-process is not plain transformers any more (hf_bridge decorates a twin instead:
-`compile_twin.py`). Each reference therefore runs in its own interpreter.
+"""Transformers reference results, cached on disk beside the model; what the cache lacks
+is computed in a clean interpreter (`transformers_side.py`, which says why it must be).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import json
-import subprocess
-import sys
+import os
+import tempfile
 from pathlib import Path
 
+from filelock import FileLock
+
 from . import parity
+from .transformers_side import TransformersSide
 
 CACHE_NAME = "hf_bridge_reference.json"
 
@@ -44,24 +40,40 @@ def cache_references(model_dir: str | Path, cases: list[parity.Case], dtypes: tu
                      items_alone: bool = False) -> dict:
     """Computes the references of `cases` in each of `dtypes` that the cache beside the model
     lacks, all in one clean interpreter (one start-up, not one per dtype), and returns the cache."""
-    model_dir = Path(model_dir)
+    missing = missing_references(model_dir, cases, dtypes, items_alone)
+    if not missing:
+        return _read_cache(Path(model_dir))
+    return store_references(model_dir, cases, TransformersSide(model_dir, missing, items_alone=items_alone).result(), items_alone)
+
+
+def missing_references(model_dir: str | Path, cases: list[parity.Case], dtypes: tuple[str, ...] = ("float32",),
+                       items_alone: bool = False) -> dict[str, list[str]]:
+    """{dtype: [case keys]}: the references of `cases` the cache beside the model lacks."""
+    cache = _read_cache(Path(model_dir))
+    missing = {dtype: [c.key() for c in cases if _cache_key(c, dtype, items_alone) not in cache] for dtype in dtypes}
+    return {dtype: keys for dtype, keys in missing.items() if keys}
+
+
+def store_references(model_dir: str | Path, cases: list[parity.Case], computed: dict[str, dict[str, dict]],
+                     items_alone: bool = False) -> dict:
+    """Adds what `TransformersSide.result` `computed` for `cases` to the cache beside the model; returns the cache."""
+    cache_file = Path(model_dir) / CACHE_NAME
+    by_key = {c.key(): c for c in cases}
+    with FileLock(f"{cache_file}.lock"):  # read, add, write: another process may store its own meanwhile
+        cache = _read_cache(Path(model_dir))
+        for dtype, entries in computed.items():
+            cache.update({_cache_key(by_key[key], dtype, items_alone): entry for key, entry in entries.items()})
+        with tempfile.NamedTemporaryFile("w", dir=model_dir, suffix=".tmp", delete=False) as written:
+            json.dump({**cache, "harness": _harness_digest()}, written)
+        os.replace(written.name, cache_file)  # whole: a reader never sees half a file
+    return cache
+
+
+def _read_cache(model_dir: Path) -> dict:
     cache_file = model_dir / CACHE_NAME
     cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     if cache.pop("harness", None) != _harness_digest():
-        cache = {}  # the reference recipe changed: recompute everything
-    missing = {dtype: [c.key() for c in cases if _cache_key(c, dtype, items_alone) not in cache] for dtype in dtypes}
-    missing = {dtype: keys for dtype, keys in missing.items() if keys}
-    if missing:
-        variant = ["--items-alone"] if items_alone else []
-        cmd = [sys.executable, "-m", "hf_bridge.validate.reference", *variant, str(model_dir), json.dumps(missing)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"reference run failed:\n{done.stderr[-4000:]}")
-        computed = json.loads(done.stdout.strip().splitlines()[-1])
-        by_key = {c.key(): c for c in cases}
-        for dtype, entries in computed.items():
-            cache.update({_cache_key(by_key[key], dtype, items_alone): entry for key, entry in entries.items()})
-        cache_file.write_text(json.dumps({**cache, "harness": _harness_digest()}))
+        return {}  # the reference recipe changed: recompute everything
     return cache
 
 
@@ -102,40 +114,7 @@ def _harness_digest() -> str:
     import hashlib
     import inspect
 
-    from . import reference
+    from . import encoder, reference, transformers_side
 
-    from . import encoder
-
-    source = inspect.getsource(parity) + inspect.getsource(reference) + inspect.getsource(encoder)
+    source = "".join(inspect.getsource(module) for module in (parity, reference, encoder, transformers_side))
     return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--items-alone", action="store_true", help="encode each item alone (`encoder.rows_placed_alone`)")
-    parser.add_argument("model_dir")
-    parser.add_argument("cases", help='JSON: {dtype ("float32", "float64" or "bfloat16"): [JSON of `parity.Case` fields, ...]}')
-    args = parser.parse_args(argv)
-
-    from .checkpoint import load_processor
-    from .encoder import rows_placed_alone
-
-    processor = load_processor(args.model_dir)
-    results: dict[str, dict] = {}
-    for dtype, keys in json.loads(args.cases).items():
-        model = parity.load_generation_model(args.model_dir, dtype)
-        results[dtype] = {}
-        for key in keys:
-            case = parity.Case(**json.loads(key))
-            try:
-                with rows_placed_alone(model, processor, case) if args.items_alone else contextlib.nullcontext():
-                    result = parity.hf_reference(args.model_dir, case, model=model, processor=processor)
-                results[dtype][key] = dataclasses.asdict(result)
-            except Exception as exc:  # recorded: transformers' own error makes the case N/A
-                results[dtype][key] = {"error": f"{type(exc).__name__}: {exc}"}
-        del model
-    print(json.dumps(results))
-
-
-if __name__ == "__main__":
-    main()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from filelock import FileLock
+
 from .specs import SPECS, ZooSpec
 from .tokenizer import build_tokenizer
 
@@ -53,7 +55,8 @@ def _init_weights(model, std: float, seed: int, centred_norm_biases: bool = Fals
 def build(name: str, directory: Path | None = None, *, seed: int = 0, force: bool = False) -> Path:
     """Build the tiny checkpoint `name` (see `SPECS`) into `directory` and return it.
 
-    Cached: a directory holding a finished build of the same recipe is reused. A new
+    Cached: a directory holding a finished build of the same recipe is reused, and one
+    process at a time builds a directory. A new
     build runs in a fresh interpreter: once a vLLM engine has been built in a process,
     vLLM has decorated transformers' model classes in place, and a model instantiated
     there afterwards is not plain transformers.
@@ -63,8 +66,12 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     directory = _directory(name, directory, seed)
     if not force and _is_built(directory, name, seed):
         return directory
-    cmd = [sys.executable, "-m", "hf_bridge.zoo", name, "--dir", str(directory), "--seed", str(seed)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{directory}.lock"):  # another process (a test worker) may be building it
+        if not force and _is_built(directory, name, seed):
+            return directory
+        cmd = [sys.executable, "-m", "hf_bridge.zoo", name, "--dir", str(directory), "--seed", str(seed)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0 or not _is_built(directory, name, seed):
         raise RuntimeError(f"building zoo model {name!r} failed:\n{done.stderr[-4000:]}")
     return directory
