@@ -40,16 +40,20 @@ def cache_references(model_dir: str | Path, cases: list[parity.Case], dtypes: tu
                      items_alone: bool = False) -> dict:
     """Computes the references of `cases` in each of `dtypes` that the cache beside the model
     lacks, all in one clean interpreter (one start-up, not one per dtype), and returns the cache."""
-    missing = missing_references(model_dir, cases, dtypes, items_alone)
+    cache = _read_cache(Path(model_dir))
+    missing = _lacking(cache, cases, dtypes, items_alone)
     if not missing:
-        return _read_cache(Path(model_dir))
+        return cache
     return store_references(model_dir, cases, TransformersSide(model_dir, missing, items_alone=items_alone).result(), items_alone)
 
 
 def missing_references(model_dir: str | Path, cases: list[parity.Case], dtypes: tuple[str, ...] = ("float32",),
                        items_alone: bool = False) -> dict[str, list[str]]:
     """{dtype: [case keys]}: the references of `cases` the cache beside the model lacks."""
-    cache = _read_cache(Path(model_dir))
+    return _lacking(_read_cache(Path(model_dir)), cases, dtypes, items_alone)
+
+
+def _lacking(cache: dict, cases: list[parity.Case], dtypes: tuple[str, ...], items_alone: bool) -> dict[str, list[str]]:
     missing = {dtype: [c.key() for c in cases if _cache_key(c, dtype, items_alone) not in cache] for dtype in dtypes}
     return {dtype: keys for dtype, keys in missing.items() if keys}
 
