@@ -4,13 +4,15 @@ hf_bridge's wrapper encodes every item through it (`model.py`), and so does the 
 check (`bench/encoder_graphs_gpu.py`), which captures exactly this code in a real
 `torch.cuda.CUDAGraph` on a machine without vLLM. A model with no such entry, whose
 forward encodes items inline (Qwen2-Audio), is run through that forward instead, up to
-the embeddings it hands its decoder (`encode_inline`).
+the embeddings it hands its decoder (`encode_inline`); so is one whose entry returns the
+tower's rows and whose forward projects them further (Llama 4).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Any
 
 import torch
@@ -32,12 +34,9 @@ def encode(
     encodes inline (`encode_inline`)."""
     device = next(hf_model.parameters()).device
     fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
-    if encodes_inline(hf_model, hf_model.config, modality):
-        if num_embeds is None:
-            raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline: their embedding count (num_embeds) is needed")
-        if side_features:
-            raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline, which hands back no side features")
-        return encode_inline(hf_model, modality, fields, num_embeds)
+    projected = modality in _PROJECTED_BY_FORWARD.get(hf_model, ()) and num_embeds is not None  # else the entry counts the rows
+    if projected or encodes_inline(hf_model, hf_model.config, modality):
+        return _inline(hf_model, modality, fields, num_embeds, side_features)
     get_features = features_entry(hf_model, modality)
     accepted = accepted_kwargs(get_features)
     kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
@@ -48,9 +47,26 @@ def encode(
         features = getattr(output, "last_hidden_state", output)
     if isinstance(features, torch.Tensor):
         features = [features]
+    if features[0].shape[-1] != hidden_size and modality in feature_token_ids(hf_model.config):
+        _PROJECTED_BY_FORWARD.setdefault(hf_model, set()).add(modality)
+        return _inline(hf_model, modality, fields, num_embeds or sum(f.numel() // f.shape[-1] for f in features), side_features)
     rows = [f.reshape(-1, hidden_size) for f in features]
     rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # one tensor: no copy
     return widen(rows, side_levels(output)) if side_features else rows
+
+
+_PROJECTED_BY_FORWARD: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
+"""Per HF model, the modalities whose entry returns rows of another width than the
+decoder's, which its forward projects before placing them (Llama 4 applies its projector
+outside `get_image_features`): encoded inline, through that forward, once seen."""
+
+
+def _inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int | None, side_features: bool) -> torch.Tensor:
+    if num_embeds is None:
+        raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline: their embedding count (num_embeds) is needed")
+    if side_features:
+        raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline, which hands back no side features")
+    return encode_inline(hf_model, modality, fields, num_embeds)
 
 
 def features_entry_name(model: Any, modality: str) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+from vllm.config.utils import getattr_iter
 from vllm.logger import init_logger
 from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import LinearBase
@@ -49,6 +50,8 @@ from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
 from .head import HFLogitsHead
+from .kept_modules import kept_out, linears_with_own_forward, torch_composites
+from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
@@ -69,6 +72,9 @@ from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, reads_per_l
 from .versions import log_handling
 
 logger = init_logger(LOGGER_NAME)
+
+TEXT_MODEL_NAMES = ("language_model", "text_model")
+"""Where vLLM's `get_language_model` finds the HF base model's text model."""
 
 
 @MULTIMODAL_REGISTRY.register_processor(
@@ -230,22 +236,20 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         return layer.get_attn_backend() if layer is not None else None
 
     def recursive_replace(self):
-        """vLLM's layer replacement, minus torch's own composite modules.
-
-        `nn.MultiheadAttention` (SigLIP's attention-pooling head) reads its child
-        `out_proj.weight` directly instead of calling the child, so swapping that child
-        for a vLLM linear layer breaks it. Such modules are hidden from the replacement
-        and put back untouched; their weights load as plain parameters. On the CPU, vLLM's
-        layers get their inputs in the layout its kernels take (`cpu_linear_inputs.py`).
-        """
-        hidden = list(_torch_composites(self.model))
-        for parent, name, module in hidden:
-            setattr(parent, name, _Opaque(module))
-        try:
+        """vLLM's layer replacement, minus the modules it would break (`kept_modules.py`):
+        torch's own composites (`nn.MultiheadAttention` reads its child's weight directly)
+        and linear layers whose forward does more than the linear map (Llama 4's router).
+        On the CPU, vLLM's layers get their inputs in the layout its kernels take
+        (`cpu_linear_inputs.py`). A text model with a generation head of its own runs to
+        its hidden states first (`nested_head.py`), so its head is not replaced either."""
+        text_model = getattr_iter(self.model, TEXT_MODEL_NAMES, None)
+        head_name = generation_head(text_model)
+        if head_name is not None:
+            logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(text_model).__name__)
+            run_to_hidden_states(text_model, head_name)
+        sharded = (self.model.tp_plan or {}).keys()
+        with kept_out([*torch_composites(self.model), *linears_with_own_forward(self.model, sharded)]):
             super().recursive_replace()
-        finally:
-            for parent, name, module in hidden:
-                setattr(parent, name, module)
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
 
@@ -367,27 +371,6 @@ class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):
 class HFBridgeMoEForConditionalGeneration(HFBridgeMoEMixin, HFBridgeForConditionalGeneration):
     """hf_bridge with the experts on vLLM's fused-MoE layer (`moe.py`), composed as vLLM
     composes its own `TransformersMultiModalMoEForCausalLM`."""
-
-
-class _Opaque(torch.nn.Module):
-    """Holds a module out of sight of `named_children` while layers are replaced."""
-
-    def __init__(self, module: torch.nn.Module):
-        super().__init__()
-        self.__dict__["held"] = module
-
-
-_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
-
-
-def _torch_composites(root: torch.nn.Module):
-    """(parent, name, module) for torch.nn built-ins that own linear layers (e.g. MHA)."""
-    for parent in root.modules():
-        for name, child in parent.named_children():
-            is_builtin = type(child).__module__.startswith("torch.nn.modules")
-            owns_linear = any(isinstance(m, torch.nn.Linear) for m in child.modules() if m is not child)
-            if is_builtin and owns_linear and not isinstance(child, _CONTAINERS):
-                yield parent, name, child
 
 
 def _concat(values: list[Any]) -> Any:

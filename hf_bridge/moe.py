@@ -1,14 +1,19 @@
 """hf_bridge's experts on vLLM's fused-MoE layer, for every head (generation, pooling).
 
 `HFBridgeMoEMixin` is vLLM's `MoEMixin` with what HF MoE checkpoints need beyond it: an
-experts-per-token count kept under another name, and experts stored transposed.
+experts-per-token count kept under another name, experts stored transposed, and experts
+that cannot take vLLM's routing kept as transformers wrote them.
 """
 
 from __future__ import annotations
 
+from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.moe import MoEMixin
 
-from . import errors
+from . import LOGGER_NAME, errors
+from .kept_modules import experts_without_routing, kept_out
+
+logger = init_logger(LOGGER_NAME)
 
 VLLM_TOP_K_FIELDS = ("num_experts_per_tok", "top_k")
 """The experts-per-token fields vLLM's `MoEMixin` reads."""
@@ -27,11 +32,18 @@ class HFBridgeMoEMixin(MoEMixin):
             loaded_as = None if self.config is vllm_config else type(vllm_config).__name__
             raise ValueError(errors.experts_without_top_k(self.model_config.get_num_experts(), VLLM_TOP_K_FIELDS + TOP_K_FIELDS,
                                                           self.text_config, loaded_as))
+        kept = list(experts_without_routing(self.model))
+        if kept:
+            logger.info("hf_bridge keeps transformers' %s: its forward takes no routing (top-k ids and weights), "
+                        "which vLLM's fused-MoE layer is called with", type(kept[0][2]).__name__)
+        kept_ids = {id(module) for _, _, module in kept}
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
-            f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
+            f"model.{name}." for name, module in self.model.named_modules()
+            if getattr(module, "is_transposed", False) and id(module) not in kept_ids
         )
-        super().recursive_replace()
+        with kept_out(kept):
+            super().recursive_replace()
 
     def _vllm_layout(self, weights):
         """Experts declared `is_transposed` (Aria's grouped GEMM: experts x in x out) turned

@@ -1,12 +1,21 @@
 """`features.py` without vLLM: a model whose forward encodes items inline (Qwen2-Audio,
 with no `get_audio_features`) is encoded through that forward, and gives exactly the rows
-its forward places where it hands its decoder the prompt's embeddings."""
+its forward places where it hands its decoder the prompt's embeddings; so is a model
+whose entry returns rows its forward projects further (Llama 4)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlavaConfig, LlavaModel, Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioModel
+from transformers import (
+    Llama4Config,
+    Llama4ForConditionalGeneration,
+    LlavaConfig,
+    LlavaModel,
+    Qwen2AudioConfig,
+    Qwen2AudioForConditionalGeneration,
+    Qwen2AudioModel,
+)
 
 from hf_bridge.features import encode, encodes_inline
 
@@ -69,3 +78,42 @@ def test_which_models_encode_inline():
     assert not encodes_inline(Qwen2AudioModel, Qwen2AudioConfig(audio_token_id=None), "audio")
     # an entry of its own: encoded through it
     assert not encodes_inline(LlavaModel, LlavaConfig(), "image")
+
+
+IMAGE_TOKEN = 190
+
+
+@pytest.fixture(scope="module")
+def llama4():
+    """Llama 4 applies its projector outside `get_image_features` (the tower's rows are 48
+    wide here, its text model's 32, as 4096 against 5120 in Scout)."""
+    torch.manual_seed(0)
+    config = Llama4Config(
+        vision_config=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, image_size=56,
+                           patch_size=14, projector_input_dim=48, projector_output_dim=48, vision_output_dim=48),
+        text_config=dict(hidden_size=HIDDEN, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, num_local_experts=2, vocab_size=200),
+        image_token_index=IMAGE_TOKEN,
+    )
+    return Llama4ForConditionalGeneration(config).eval()
+
+
+def test_rows_the_forward_projects_further_are_those_it_places(llama4):
+    tiles = {"pixel_values": torch.randn(3, 3, 56, 56)}
+    with torch.no_grad():
+        tower = llama4.get_image_features(**tiles).last_hidden_state
+    assert tower.shape[-1] == 48  # the entry's rows: not yet the decoder's width
+    per_tile = tower.shape[1]
+    ids = torch.tensor([[1, *[IMAGE_TOKEN] * (3 * per_tile), 2]])
+    handed = []
+    hook = llama4.get_decoder().register_forward_pre_hook(lambda m, a, k: handed.append(k["inputs_embeds"]), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            llama4(input_ids=ids, **tiles)
+    finally:
+        hook.remove()
+    placed = handed[0][0][ids[0] == IMAGE_TOKEN]
+    with torch.no_grad():
+        counted = encode(llama4, "image", tiles, HIDDEN)  # no count given: the entry's rows count them
+        told = encode(llama4, "image", tiles, HIDDEN, num_embeds=3 * per_tile)  # the wrapper's call
+    assert torch.equal(counted, placed) and torch.equal(told, placed)

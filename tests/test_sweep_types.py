@@ -18,6 +18,10 @@ decoder, `features.encode_inline`; the in-tree backend cannot load its nested la
 model) and Qwen3-ASR (vLLM loads
 its config as a class of its own, which transformers' `AutoModel` builds without an
 `audio_config`: hf_bridge builds the HF model from transformers' own; the in-tree backend
+cannot start it) and Llama 4 (a text model that is a whole `Llama4ForCausalLM`, head
+included; a router that is an `nn.Linear` with a top-k forward of its own and experts that
+take tokens already routed, both kept as transformers wrote them; a projector applied
+outside `get_image_features`; bfloat16 pixels from its processor; the in-tree backend
 cannot start it). Each is built from transformers' default config and processor classes alone.
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
@@ -50,6 +54,7 @@ CASES = {
     "video_llava": ["two_images", "video"],
     "qwen3_asr": ["audio"],
     "qwen2_audio": ["audio", "text_only"],
+    "llama4": ["two_images", "text_only"],
 }
 TYPES = [*CASES, "cosmos3_edge"]
 """Cosmos3-Edge's refusal runs in its own test."""
@@ -95,6 +100,27 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
 def modalities(processor) -> set[str]:
     subs = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
     return {m for m, attribute in subs.items() if getattr(processor, attribute, None) is not None}
+
+
+@pytest.mark.engine
+def test_llama4_keeps_the_modules_vllm_would_break(generic_checkpoints, engines):
+    """Llama 4's router (an `nn.Linear` whose forward picks and scores the top-k experts)
+    and experts (which take tokens already sorted and weighted per expert) stay
+    transformers' modules: vLLM's replacements would keep the router's weight without its
+    forward and call the experts with routing they cannot take. Its text model is a whole
+    `Llama4ForCausalLM`, whose own head is dropped: vLLM's head computes the logits."""
+    import torch
+    from transformers import AutoProcessor
+    from transformers.models.llama4.modeling_llama4 import Llama4Router, Llama4TextExperts, Llama4TextMoe
+
+    model_dir = generic_checkpoints["llama4"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    blocks = [m for m in model.modules() if isinstance(m, Llama4TextMoe)]
+    assert blocks and all(isinstance(b.router, Llama4Router) and isinstance(b.experts, Llama4TextExperts) for b in blocks)
+    assert type(model).__name__ == "HFBridgeMoEForConditionalGeneration" and model.num_moe_layers == 0
+    assert isinstance(model.model.language_model.lm_head, torch.nn.Identity)
 
 
 @pytest.mark.engine

@@ -41,7 +41,7 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
         for case in cases:
             captured.clear()
             try:
-                inputs = parity.hf_inputs(processor, case)
+                inputs = parity.for_model(parity.hf_inputs(processor, case), model.dtype)
                 inputs.pop("labels", None)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
                 out[case.name] = counts[case.name] = f"transformers: {type(error).__name__}: {error}"
@@ -87,6 +87,7 @@ def rows_of_items_alone(model, processor, case: parity.Case):
     hidden = model.config.get_text_config().hidden_size
     rows = []
     for modality, inputs in parity.items_alone(processor, case, return_tensors="pt"):
+        inputs = parity.for_model(inputs, model.dtype)
         fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
         with torch.no_grad():
             rows.append(encode(model.base_model, modality, fields, hidden))

@@ -263,6 +263,20 @@ def hf_inputs(processor, case: Case, **extra):
     return _call(processor, prompt_text(processor, case), case, return_tensors="pt", **extra)
 
 
+def for_model(inputs, dtype):
+    """The processor's output as a model in `dtype` takes it: floating tensors cast where
+    the model is not in float32 (not every model casts its pixels), and widened where
+    narrower, which is exact (Llama 4's processor gives bfloat16 pixels)."""
+    import torch
+
+    if dtype != torch.float32:
+        inputs = inputs.to(dtype)  # BatchFeature casts floating tensors only
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype.itemsize < dtype.itemsize:
+            inputs[key] = value.to(dtype)
+    return inputs
+
+
 MEDIA_ARGUMENTS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
 """The processor's keyword arguments that carry each modality's items, one entry per item."""
 
@@ -339,10 +353,8 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
 
     processor = processor or load_processor(model_dir)
     model = model or load_generation_model(model_dir)
-    inputs = hf_inputs(processor, case)
+    inputs = for_model(hf_inputs(processor, case), model.dtype)
     inputs.pop("labels", None)  # PaliGemma's processor adds training labels
-    if model.dtype != torch.float32:
-        inputs = inputs.to(model.dtype)  # BatchFeature casts floating tensors only; not every model casts its pixels
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
         # generated log-probs are generate's own logits: a second forward would have to

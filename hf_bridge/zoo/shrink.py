@@ -70,6 +70,8 @@ class Override:
     """Constructor kwargs of the processor itself."""
     configure: Callable[[Any, Any], None] | None = None
     """`configure(config, tokenizer)`, after the generic shrink."""
+    config_tokens: dict[str, str] = field(default_factory=dict)
+    """Config token fields naming another token than the processor's namesake (set last)."""
 
 
 EMU3_CODEBOOK = 16
@@ -121,9 +123,27 @@ ARIA_IMAGE_SIDE = 490
 """35x35 patches of 14 px: one of the two counts Aria's projector maps to queries (128)."""
 
 
+LLAMA4_PROJECTOR_WIDTH = 48
+"""Narrower than the text model, as in Llama 4's checkpoints (4096 against Scout's 5120):
+its projector, outside `get_image_features`, widens the rows to the text model's."""
+
+
+def _llama4(config, tokenizer) -> None:
+    """Its vision MLP takes the pixel-shuffled patches (the tower's width over the shuffle
+    ratio squared) and the projector that MLP's output; Llama 4's checkpoints tie these
+    widths (1408 / 0.5**2 = 5632; 4096 throughout the projector), its default config does
+    not (a `vision_output_dim` of 7680 against projector widths of 4096)."""
+    vision = config.vision_config
+    vision.intermediate_size = round(vision.hidden_size / vision.pixel_shuffle_ratio**2)
+    vision.projector_input_dim = vision.projector_output_dim = vision.vision_output_dim = LLAMA4_PROJECTOR_WIDTH
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass),
+    # its model scatters image features at `<|patch|>` (real checkpoints' `image_token_index`);
+    # its processor's `image_token` is the `<|image|>` that closes each image's tiles
+    "llama4": Override(configure=_llama4, config_tokens={"image_token_index": "<|patch|>"}),
     # its default 384 px tiles are no multiple of the tower's 14 px patches; checkpoints use 448
     # and at most 4 tiles (of 256 tokens) per image, so two images fit the parity engines' 4096
     "qianfan_ocr": Override(sub_processors={"image_processor": dict(size={"height": 448, "width": 448}, max_patches=4)}),
@@ -406,6 +426,8 @@ def make_config(model_type: str):
         processor = make_processor(model_type)(tokenizer)
         align_towers(config, processor)
         point_token_fields(config, processor, tokenizer)
+        for name, token in (override.config_tokens if override is not None else {}).items():
+            setattr(config, name, tokenizer.convert_tokens_to_ids(token))
         return config
 
     return make

@@ -1,0 +1,87 @@
+"""HF modules kept out of vLLM's layer replacement, which would break them (no vLLM import).
+
+vLLM's Transformers backend swaps every `nn.Linear` for one of its parallel linear
+layers and every `experts` module for its fused-MoE layer. Each swap assumes what the
+module does from its type: a linear map, or experts called with the routing
+(`experts(hidden_states, top_k_index, top_k_weights)`). Modules that do something else
+under that type stay as transformers wrote them; their weights load as plain parameters,
+whole on every tensor-parallel rank.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+import torch
+
+Site = tuple[torch.nn.Module, str, torch.nn.Module]
+"""(parent, attribute name, module)."""
+
+EXPERTS_NAME = "experts"
+"""The child name vLLM's `MoEMixin` replaces with its fused-MoE layer."""
+ROUTING_ARGUMENTS = 3
+"""What vLLM's fused-MoE layer is called with in an HF block: hidden states, top-k ids, top-k weights."""
+
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+class _Opaque(torch.nn.Module):
+    """Holds a module out of sight of `named_children` while layers are replaced."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.__dict__["held"] = module
+
+
+@contextmanager
+def kept_out(sites: Iterable[Site]) -> Iterator[None]:
+    """The modules at `sites` hidden while the body runs, then put back untouched."""
+    sites = list(sites)
+    for parent, name, module in sites:
+        setattr(parent, name, _Opaque(module))
+    try:
+        yield
+    finally:
+        for parent, name, module in sites:
+            setattr(parent, name, module)
+
+
+def torch_composites(root: torch.nn.Module) -> Iterator[Site]:
+    """torch.nn built-ins that own linear layers and read their weights directly instead
+    of calling them (`nn.MultiheadAttention` reads `out_proj.weight`: SigLIP's pooling head)."""
+    for parent in root.modules():
+        for name, child in parent.named_children():
+            is_builtin = type(child).__module__.startswith("torch.nn.modules")
+            owns_linear = any(isinstance(m, torch.nn.Linear) for m in child.modules() if m is not child)
+            if is_builtin and owns_linear and not isinstance(child, _CONTAINERS):
+                yield parent, name, child
+
+
+def linears_with_own_forward(root: torch.nn.Module, sharded: Iterable[str] = ()) -> Iterator[Site]:
+    """`nn.Linear` subclasses whose forward is more than the linear map (Llama 4's router
+    picks its top-k experts and scores them), outside the tensor-parallel plan's patterns
+    `sharded` (matched by vLLM on the qualified name): a vLLM linear layer keeps the
+    weights and drops the forward."""
+    patterns = [re.compile(p) for p in sharded]
+    for qualified, parent in root.named_modules():
+        for name, child in parent.named_children():
+            own_forward = isinstance(child, torch.nn.Linear) and type(child).forward is not torch.nn.Linear.forward
+            path = f"{qualified}.{name}" if qualified else name
+            if own_forward and not any(p.match(path) for p in patterns):
+                yield parent, name, child
+
+
+def experts_without_routing(root: torch.nn.Module) -> Iterator[Site]:
+    """`experts` modules whose forward cannot take the routing vLLM's fused-MoE layer is
+    called with (Llama 4's experts take tokens already sorted and weighted per expert)."""
+    for parent in root.modules():
+        child = parent._modules.get(EXPERTS_NAME)
+        if child is None or isinstance(child, _CONTAINERS):
+            continue
+        try:
+            inspect.signature(child.forward).bind(*([None] * ROUTING_ARGUMENTS))
+        except TypeError:
+            yield parent, EXPERTS_NAME, child

@@ -1,0 +1,52 @@
+"""`kept_modules.py` without vLLM: which HF modules stay out of vLLM's layer replacement."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Llama4TextConfig, Qwen3MoeConfig
+from transformers.models.llama4.modeling_llama4 import Llama4Router, Llama4TextMoe
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+from hf_bridge.kept_modules import experts_without_routing, kept_out, linears_with_own_forward, torch_composites
+
+TINY = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, vocab_size=100)
+
+
+def test_only_torch_composites_are_kept_from_layer_replacement():
+    """nn.MultiheadAttention is hidden from vLLM's replacement; plain layers are not."""
+    root = torch.nn.Module()
+    root.proj = torch.nn.Linear(4, 4)
+    root.pool = torch.nn.MultiheadAttention(4, 2)
+    root.stack = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    root.norm = torch.nn.LayerNorm(4)
+    assert [name for _, name, _ in torch_composites(root)] == ["pool"]
+
+
+def test_a_linear_with_a_forward_of_its_own_is_kept_unless_the_plan_shards_it():
+    """Llama 4's router is an `nn.Linear` that picks and scores its top-k experts: a vLLM
+    linear layer would keep its weight and return bare logits."""
+    root = torch.nn.Module()
+    root.block = torch.nn.Module()
+    root.block.router = Llama4Router(Llama4TextConfig(**TINY, num_local_experts=4))
+    root.block.proj = torch.nn.Linear(4, 4)
+    assert [(parent, name) for parent, name, _ in linears_with_own_forward(root)] == [(root.block, "router")]
+    assert list(linears_with_own_forward(root, sharded=[r"block\.router"])) == []
+
+
+def test_experts_that_cannot_take_the_routing_are_kept():
+    """vLLM's fused-MoE layer is called as `experts(hidden_states, top_k_index,
+    top_k_weights)`; Llama 4's experts take tokens already sorted and weighted per expert."""
+    llama4 = Llama4TextMoe(Llama4TextConfig(**TINY, num_local_experts=4, intermediate_size_mlp=64))
+    qwen3 = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(**TINY, num_experts=4, moe_intermediate_size=16))
+    root = torch.nn.ModuleDict({"llama4": llama4, "qwen3": qwen3})
+    assert [(parent, name) for parent, name, _ in experts_without_routing(root)] == [(llama4, "experts")]
+
+
+def test_kept_modules_are_out_of_sight_while_layers_are_replaced_then_back_untouched():
+    root = torch.nn.Module()
+    root.router = Llama4Router(Llama4TextConfig(**TINY, num_local_experts=4))
+    router = root.router
+    with kept_out(linears_with_own_forward(root)):
+        assert not any(isinstance(m, torch.nn.Linear) for m in root.modules())
+        assert list(root.parameters()) == []
+    assert root.router is router
