@@ -5,17 +5,14 @@ real exceptions surface in the test. Tests that need vLLM's default multiprocess
 (bad input, tensor parallel, serving) start it in a subprocess of their own.
 
 The suite runs in two workers (pytest-xdist, `-n 2 --dist loadfile`: a file's tests in
-one process, in order), which take the costliest files first (`file_seconds.json`).
-What they share on disk is written under a file lock: the zoo's checkpoints
-(`zoo.build`) and the references cached beside them (`validate.reference`).
+one process, in order). What they share on disk is written under a file lock: the zoo's
+checkpoints (`zoo.build`) and the references cached beside them (`validate.reference`).
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
-from pathlib import Path
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -29,19 +26,6 @@ if worker := os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest
 
 from hf_bridge.zoo import build
-
-
-FILE_SECONDS: dict[str, float] = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
-"""Seconds each test file took in the suite (`scripts/test_costs.py`); a file not listed counts as none."""
-
-
-def pytest_collection_modifyitems(config, items):
-    """In an xdist worker, the costliest files first: the controller hands files out in
-    the workers' collection order (with `--no-loadscope-reorder`, pyproject's addopts), so
-    a long file handed out last would leave the other worker idle until it ends. A stable
-    sort: each file's own tests keep their order. A run in one process keeps file order."""
-    if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0.0))
 
 
 @pytest.fixture(scope="session")
