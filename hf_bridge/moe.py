@@ -36,11 +36,9 @@ class HFBridgeMoEMixin(MoEMixin):
         if kept:
             logger.info("hf_bridge keeps transformers' %s: its forward takes no routing (top-k ids and weights), "
                         "which vLLM's fused-MoE layer is called with", type(kept[0][2]).__name__)
-        kept_ids = {id(module) for _, _, module in kept}
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
-            f"model.{name}." for name, module in self.model.named_modules()
-            if getattr(module, "is_transposed", False) and id(module) not in kept_ids
+            f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
         )
         with kept_out(kept):
             super().recursive_replace()
