@@ -1,4 +1,5 @@
-"""Bidirectional attention within images (Gemma3, PaliGemma, Gemma 4): detected, flagged, reported.
+"""Bidirectional attention within images (Gemma3, Gemma 4) or over the whole prompt
+(PaliGemma's prefix): detected, flagged, reported.
 
 Some HF models let the tokens of one image attend to each other in both directions;
 their base model's forward reads `token_type_ids` to build that mask, or their text
@@ -11,16 +12,28 @@ true (Triton, FlexAttention, FlashAttention 4; on a CPU, hf_bridge's own:
 vLLM's list, keeps each item whole in one prefill step on a CPU (`KeepMediaItemsWhole`,
 as vLLM's GPU platforms do), and says at start-up whether the selected backend gives
 transformers' attention or a causal approximation.
+
+A model may go further and let its whole prompt attend both ways: PaliGemma's processor
+types every prompt token 0 and its mask joins them in one block (a prefix LM; generated
+tokens are causal). transformers' own `create_masks_for_generate` says so
+(`attends_across_prompt`); vLLM's ranges cover items only, so on a CPU hf_bridge's backend
+takes each request's prompt as its range, and the engine prefills prompts whole, without
+prefix caching (a prompt block's keys depend on the prompt after it), as vLLM's CPU
+platform does for MLA models.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import logging
 
+import torch
 from vllm.model_executor.models.config import VerifyAndUpdateConfig
 from vllm.platforms import current_platform
 
 from . import LOGGER_NAME
+from .head import generation_class
 from .hf_classes import base_model_class, forward_takes
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -35,6 +48,39 @@ def uses_bidirectional_mm_attention(config) -> bool:
     if getattr(config.get_text_config(), "use_bidirectional_attention", None) == BIDIRECTIONAL_WITHIN_MEDIA:
         return True
     return forward_takes(base_model_class(config), "token_type_ids")
+
+
+TEXT_TOKEN_TYPE = 0
+"""The `token_type_ids` value transformers' processors give prompt text (BERT's convention)."""
+MASK_PROBE_ATTENTION = "eager"
+"""The attention implementation the mask probe asks transformers for: a plain float mask."""
+
+
+def attends_across_prompt(config) -> bool:
+    """Whether a prompt's text attends to the tokens after it (a prefix LM: PaliGemma), as
+    transformers' `create_masks_for_generate` builds the model's first-step mask for two
+    text-typed tokens. False for a class without such a mask hook taking `token_type_ids`."""
+    generation = generation_class(config)
+    create_masks = getattr(generation, "create_masks_for_generate", None)
+    if create_masks is None or "token_type_ids" not in inspect.signature(create_masks).parameters:
+        return False
+    probe = copy.deepcopy(config)
+    for part in (probe, probe.get_text_config()):
+        part._attn_implementation = MASK_PROBE_ATTENTION
+    try:
+        masks = create_masks(
+            config=probe, inputs_embeds=torch.empty((1, 2, 0)), attention_mask=torch.ones((1, 2), dtype=torch.long),
+            past_key_values=None, position_ids=torch.arange(2)[None],
+            token_type_ids=torch.full((1, 2), TEXT_TOKEN_TYPE), is_first_iteration=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - a checkpoint's own mask code; serve it as transformers' masks usually are
+        logger.warning("hf_bridge: could not ask %s.create_masks_for_generate whether a prompt attends both ways "
+                       "(%s: %s); its prompt text is taken to attend causally.", generation.__name__,
+                       type(exc).__name__, exc)
+        return False
+    masks = masks.values() if isinstance(masks, dict) else [masks]
+    # the first token seeing the second: True in a boolean mask, 0 in an additive one
+    return any(m is not None and bool(m[0, 0, 0, 1] if m.dtype == torch.bool else m[0, 0, 0, 1] == 0) for m in masks)
 
 
 def mark_bidirectional(hf_config) -> bool:
@@ -57,6 +103,17 @@ def report_bidirectional_attention(model_config, backend) -> None:
         return
     model_type = getattr(model_config.hf_config, "model_type", "this model")
     name = getattr(backend, "__name__", str(backend))
+    if attends_across_prompt(model_config.hf_config):
+        if getattr(backend, "takes_prompts_whole", False):
+            logger.info("hf_bridge: %s attends bidirectionally over its whole prompt; %s does so too.", model_type, name)
+            return
+        logger.warning(  # a GPU: vLLM's ranges cover images only
+            "hf_bridge: %s attends bidirectionally over its whole prompt (a prefix LM), but the selected "
+            "attention backend (%s) does so within images at most. Hidden states after the images, the "
+            "log-probs that follow them, and possibly generated tokens, will differ from transformers. "
+            "hf_bridge's CPU attention gives parity.", model_type, name,
+        )
+        return
     if backend is not None and backend.supports_mm_prefix():
         logger.info("hf_bridge: %s attends bidirectionally within each image; %s does so too.", model_type, name)
         return
@@ -74,7 +131,11 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
     platforms force (`disable_chunked_mm_input`): a token attends only to keys already
     computed, so an item split across steps would see part of itself. vLLM calls it for
     hf_bridge's architectures (`plugin.py` registers it) while it builds the engine's
-    config, before the scheduler exists."""
+    config, before the scheduler exists.
+
+    A model that attends both ways over its whole prompt has its prompts prefilled whole
+    (no chunked prefill; a step's budget at least the longest sequence) and no prefix
+    caching, exactly as vLLM's CPU platform configures MLA models."""
 
     @staticmethod
     def verify_and_update_config(vllm_config) -> None:
@@ -85,3 +146,18 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
             logger.info("hf_bridge: each media item is prefilled in one step (disable_chunked_mm_input), "
                         "so that its tokens attend to each other both ways.")
             scheduler_config.disable_chunked_mm_input = True
+        if attends_across_prompt(model_config.hf_config):
+            KeepMediaItemsWhole._keep_prompts_whole(vllm_config)
+
+    @staticmethod
+    def _keep_prompts_whole(vllm_config) -> None:
+        scheduler_config, cache_config = vllm_config.scheduler_config, vllm_config.cache_config
+        if scheduler_config.enable_chunked_prefill or cache_config.enable_prefix_caching:
+            logger.info("hf_bridge: %s attends both ways over its whole prompt, so each prompt is prefilled in "
+                        "one step (chunked prefill off) and prefix caching is off: a prompt block's keys depend "
+                        "on the prompt after it.", getattr(vllm_config.model_config.hf_config, "model_type", "this model"))
+        scheduler_config.enable_chunked_prefill = False
+        cache_config.enable_prefix_caching = False
+        scheduler_config.max_num_batched_tokens = max(
+            scheduler_config.max_num_batched_tokens, vllm_config.model_config.max_model_len
+        )

@@ -13,12 +13,21 @@ one more attention over its image tokens, and decoding steps nothing.
 Items must be prefilled whole for their early tokens to see their later ones, as vLLM's
 GPU platforms force for such models (`disable_chunked_mm_input`); on the CPU, where vLLM
 does not, `bidirectional.KeepMediaItemsWhole` does. Imported only on a CPU platform.
+
+For a model whose whole prompt attends both ways (`bidirectional.attends_across_prompt`:
+PaliGemma's prefix), each request's range is its prompt (`media_spans.prompt_ranges`).
+vLLM hands attention builders no prompt lengths, so `expose_prompt_lengths` wraps the CPU
+model runner's `_build_attention_metadata` (a private method, and hf_bridge's one patch
+here) to lend the builders its batch's prompt lengths while it builds.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
 
+import numpy as np
 import torch
 from vllm.model_executor.layers.attention import Attention
 from vllm.v1.attention.backends.cpu_attn import (
@@ -28,7 +37,30 @@ from vllm.v1.attention.backends.cpu_attn import (
     CPUAttentionMetadataBuilder,
 )
 
-from .media_spans import media_spans
+from .bidirectional import attends_across_prompt
+from .media_spans import media_spans, prompt_ranges
+
+PROMPT_LENGTHS: contextvars.ContextVar[np.ndarray | None] = contextvars.ContextVar("hf_bridge_prompt_lengths", default=None)
+"""The prompt length of each row of the batch whose attention metadata is being built."""
+
+
+def expose_prompt_lengths(runner_cls) -> None:
+    """Lend `PROMPT_LENGTHS` to the attention builders while `runner_cls` builds their
+    metadata (vLLM's CPU model runner; idempotent)."""
+    build = runner_cls._build_attention_metadata
+    if getattr(build, "hf_bridge", False):
+        return
+
+    @functools.wraps(build)
+    def build_with_prompt_lengths(runner, *args, **kwargs):
+        token = PROMPT_LENGTHS.set(runner.input_batch.num_prompt_tokens)
+        try:
+            return build(runner, *args, **kwargs)
+        finally:
+            PROMPT_LENGTHS.reset(token)
+
+    build_with_prompt_lengths.hf_bridge = True  # type: ignore[attr-defined]
+    runner_cls._build_attention_metadata = build_with_prompt_lengths
 
 
 @dataclasses.dataclass
@@ -47,19 +79,38 @@ class CPUMediaAttentionMetadata(CPUAttentionMetadata):
 
 
 class CPUMediaAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.takes_prompts_whole = attends_across_prompt(vllm_config.model_config.hf_config)
+        if self.takes_prompts_whole:
+            from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+            expose_prompt_lengths(CPUModelRunner)
+
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False) -> CPUMediaAttentionMetadata:
         causal = super().build(common_prefix_len, common_attn_metadata, fast_build)
         metadata = CPUMediaAttentionMetadata(**{f.name: getattr(causal, f.name) for f in dataclasses.fields(causal)})
-        if common_attn_metadata.mm_req_doc_ranges:
-            metadata.media_pass = self._media_pass(common_prefix_len, common_attn_metadata)
+        ranges = self._ranges(common_attn_metadata)
+        if ranges:
+            metadata.media_pass = self._media_pass(common_prefix_len, common_attn_metadata, ranges)
         return metadata
 
-    def _media_pass(self, common_prefix_len, common) -> MediaPass | None:
+    def _ranges(self, common) -> dict[int, list[tuple[int, int]]] | None:
+        """The step's bidirectional ranges: vLLM's item ranges, or each request's prompt."""
+        if not self.takes_prompts_whole:
+            return common.mm_req_doc_ranges
+        prompt_lengths = PROMPT_LENGTHS.get()
+        if prompt_lengths is None:
+            raise RuntimeError("hf_bridge: the CPU model runner lent no prompt lengths to the attention builder "
+                               "(expose_prompt_lengths); its prompts would attend causally.")
+        return prompt_ranges(prompt_lengths[: common.num_reqs].tolist())
+
+    def _media_pass(self, common_prefix_len, common, ranges) -> MediaPass | None:
         num_reqs = common.num_reqs
         spans = media_spans(
             common.query_start_loc_cpu[: num_reqs + 1].tolist(),
             common.seq_lens[:num_reqs].tolist(),
-            common.mm_req_doc_ranges,
+            ranges,
         )
         if spans is None:
             return None
@@ -96,6 +147,9 @@ class CPUMediaAttentionBackendImpl(CPUAttentionBackendImpl):
 
 class CPUMediaAttentionBackend(CPUAttentionBackend):
     """vLLM's CPU attention, plus attention both ways within each media item."""
+
+    takes_prompts_whole = True
+    """A whole prompt attending both ways (`bidirectional.attends_across_prompt`) is given too."""
 
     @classmethod
     def supports_mm_prefix(cls) -> bool:

@@ -6,7 +6,9 @@ vLLM hands the attention builder each request's items as inclusive position rang
 (`mm_req_doc_ranges`, from `is_embed`). For a step's flat query (`query_start_loc`) over
 sequences now `seq_lens` long, a query at position p in an item [start, end] attends to
 keys 0..end: exactly what a non-causal pass over a sequence cut at end + 1 computes. This
-module turns the ranges into that pass's queries; `cpu_media_attention.py` runs it.
+module turns the ranges into that pass's queries; `cpu_media_attention.py` runs it. A
+model whose whole prompt attends both ways (PaliGemma's prefix) has one range per
+request instead, its prompt (`prompt_ranges`).
 
 Pure: no vLLM import.
 """
@@ -65,3 +67,10 @@ def media_spans(
     if not requests:
         return None
     return MediaSpans(rows=rows, query_start_loc=starts, seq_lens=lens, requests=requests)
+
+
+def prompt_ranges(prompt_lengths: Sequence[int]) -> dict[int, list[tuple[int, int]]]:
+    """Each request's prompt as its one range, for a model whose prompt attends both ways:
+    positions past it (generated tokens, recomputed with the prompt after a preemption)
+    stay causal."""
+    return {request: [(0, length - 1)] for request, length in enumerate(prompt_lengths) if length > 0}

@@ -1,6 +1,8 @@
 """Attention both ways within each image on vLLM's CPU backend (`cpu_media_attention.py`):
 Gemma3 matches transformers where its sliding window bites, and where the step budget
-would split an image across prefill steps (items are kept whole)."""
+would split an image across prefill steps (items are kept whole); PaliGemma, whose whole
+prompt attends both ways, matches it in a batch of prompts of different lengths that share
+their image."""
 
 from __future__ import annotations
 
@@ -62,3 +64,72 @@ def test_images_are_prefilled_whole_when_the_step_budget_would_split_them(zoo, e
     assert scheduler_config.max_num_batched_tokens == STEP_BUDGET
     assert scheduler_config.disable_chunked_mm_input, "hf_bridge keeps each image whole on a CPU"
     _parity(llm, model_dir, ["one_image", "two_images"])
+
+
+def test_a_prompt_attending_both_ways_is_prefilled_whole_and_matches_in_a_batch(zoo, engines, hf_bridge_log):
+    """PaliGemma's prefix is its whole prompt: each request's range is its prompt, whatever
+    its neighbours' lengths; prompts are prefilled whole and prefix caching is off, so two
+    prompts sharing their image and first words do not share keys computed before the
+    words that differ."""
+    from dataclasses import replace
+
+    from transformers import AutoProcessor
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from hf_bridge.bidirectional import report_bidirectional_attention
+    from hf_bridge.validate.reference import references
+
+    model_dir = zoo("paligemma")
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2}, enable_chunked_prefill=True, enable_prefix_caching=True)
+    vllm_config = llm.llm_engine.vllm_config
+    assert not vllm_config.scheduler_config.enable_chunked_prefill and not vllm_config.cache_config.enable_prefix_caching
+    assert vllm_config.scheduler_config.max_num_batched_tokens >= vllm_config.model_config.max_model_len
+    assert any("attends bidirectionally over its whole prompt; CPUMediaAttentionBackend does so too" in r.getMessage()
+               for r in hf_bridge_log.records)
+    hf_bridge_log.clear()
+    report_bidirectional_attention(vllm_config.model_config, CPUAttentionBackend)
+    (approximate,) = [r.getMessage() for r in hf_bridge_log.records]
+    assert "over its whole prompt (a prefix LM), but the selected attention backend (CPUAttentionBackend)" in approximate
+    standard = parity.standard_cases(64)
+    cases = [standard["one_image"], standard["two_images"],
+             replace(standard["one_image"], name="one_image_longer", text="Describe what you see, in detail, for a caption.")]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    outputs = llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
+    for case, reference, out in zip(cases, references(model_dir, cases), outputs):
+        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
+
+
+def test_a_prompt_attending_both_ways_keeps_parity_when_its_request_is_preempted(zoo, engines):
+    """Two KV blocks of 32 tokens for two requests whose prompts (28 and 31 tokens) fit one
+    block each: the first to generate past its block preempts the other, which is
+    recomputed later with its generated token. That token must stay causal (a range
+    reaching it, one token past the prompt, gave other tokens from the third on)."""
+    from dataclasses import replace
+
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate.reference import references
+
+    model_dir = zoo("paligemma")
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1}, block_size=32, num_gpu_blocks_override=3,
+                      max_num_seqs=2, max_model_len=64)
+    one_image = parity.standard_cases(64)["one_image"]
+    cases = [replace(one_image, name="short", text="Hi"), replace(one_image, name="longer", text="What is this?")]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    assert [len(parity.hf_inputs(processor, c)["input_ids"][0]) for c in cases] == [28, 31]
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    preempted = []
+    preempt = scheduler._preempt_request
+
+    def counting_preempt(request, *args, **kwargs):
+        preempted.append((request.num_prompt_tokens, request.num_computed_tokens))
+        return preempt(request, *args, **kwargs)
+
+    scheduler._preempt_request = counting_preempt
+    try:
+        outputs = llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
+    finally:
+        del scheduler._preempt_request
+    assert preempted == [(31, 32)], "the longer prompt is preempted once, after its first generated token"
+    for case, reference, out in zip(cases, references(model_dir, cases), outputs):
+        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hf_bridge.media_spans import media_spans
+from hf_bridge.media_spans import media_spans, prompt_ranges
 
 
 def test_a_prefill_with_one_image_recomputes_the_image_rows():
@@ -70,3 +70,17 @@ def test_every_row_sees_exactly_the_keys_transformers_mask_gives_it(batch):
             assert got_keys == expected_keys, (request, position)
             if row in recomputed and expected_keys == position + 1:
                 assert recomputed.get(row - 1) == expected_keys, "only a span's last row may be causal already"
+
+
+def test_a_whole_prompt_range_recomputes_the_prompt_and_leaves_generated_tokens_causal():
+    # request 0: a 10-token prompt prefilled whole; request 1: resumed after a preemption,
+    # its 6-token prompt and 3 generated tokens recomputed in one step; request 2 decoding
+    ranges = prompt_ranges([10, 6, 5])
+    assert ranges == {0: [(0, 9)], 1: [(0, 5)], 2: [(0, 4)]}
+    spans = media_spans([0, 10, 19, 20], [10, 9, 8], ranges)
+    assert spans.rows == [*range(10), *range(10, 16)]
+    assert (spans.query_start_loc, spans.seq_lens, spans.requests) == ([0, 10, 16], [10, 6], [0, 1])
+
+
+def test_rows_without_a_prompt_have_no_range():
+    assert prompt_ranges([0, 3]) == {1: [(0, 2)]}

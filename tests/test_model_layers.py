@@ -16,6 +16,23 @@ def test_bidirectional_image_attention_is_detected(zoo):
     assert not uses_bidirectional_mm_attention(AutoConfig.for_model("qwen3_vl"))
 
 
+def test_attention_over_the_whole_prompt_is_read_from_transformers_own_mask(zoo):
+    """PaliGemma's mask joins every text-typed prompt token in one block (its prefix);
+    Gemma3's, which reads token_type_ids too, joins image tokens only, and a class without
+    such a mask hook attends causally."""
+    from transformers import AutoConfig
+
+    from hf_bridge.bidirectional import attends_across_prompt
+
+    assert attends_across_prompt(AutoConfig.from_pretrained(zoo("paligemma")))
+    config = AutoConfig.from_pretrained(zoo("paligemma"))
+    config.text_config.sliding_window = 4  # PaliGemma 2's Gemma2 text model: both masks say so
+    assert attends_across_prompt(config)
+    for arch in ("gemma3", "llava", "qwen2_vl"):
+        assert not attends_across_prompt(AutoConfig.from_pretrained(zoo(arch)))
+    assert not attends_across_prompt(AutoConfig.for_model("gemma4_unified"))
+
+
 def test_logits_head_follows_the_hf_class_not_config_fields(zoo):
     """Aya Vision's text config has logit_scale=0.0625: its VLM class never applies it
     (vLLM's in-tree backend does), while Cohere2's own causal-LM class does."""

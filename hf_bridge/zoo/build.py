@@ -153,7 +153,7 @@ def _is_plain(value) -> bool:
         return False
 
 
-DESCRIPTIVE_FIELDS = {"notes", "cpu_parity_gap"}
+DESCRIPTIVE_FIELDS = {"notes"}
 """Spec fields that describe a model without changing how it is built."""
 
 

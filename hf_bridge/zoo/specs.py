@@ -83,8 +83,6 @@ class ZooSpec:
     notes: str = ""
     servable: bool = True
     """False for models kept to test that hf_bridge refuses them clearly."""
-    cpu_parity_gap: str = ""
-    """Why parity with images cannot hold on vLLM's CPU build (empty: it holds)."""
     centred_norm_biases: bool = False
     """Draw norm biases around 0 rather than 1. Fuyu needs it (a bias near 1 in every
     LayerNorm drowns the input: every continuation is one token); the other recipes
@@ -717,7 +715,6 @@ _register(
         tokenizer_attributes={"image_token": "<image>"},
         add_bos=False,
         notes="Its processor puts BOS after the last image and a newline at the end of the prompt.",
-        cpu_parity_gap="it attends bidirectionally over its whole prefix, prompt text included, and vLLM only within each image",
     )
 )
 
