@@ -60,13 +60,38 @@ def attends_across_prompt(config) -> bool:
     """Whether a prompt's text attends to the tokens after it (a prefix LM: PaliGemma), as
     transformers' `create_masks_for_generate` builds the model's first-step mask for two
     text-typed tokens. False for a class without such a mask hook taking `token_type_ids`."""
+    masks = _first_step_masks(config)
+    return any(mask[0, 1] for mask in masks.values())
+
+
+def prompt_escapes_window(config) -> bool:
+    """Whether, on a sliding-window layer, a prompt that attends both ways sees all of
+    itself, window or not, as transformers composes PaliGemma 2's mask: (causal AND
+    window) OR prompt. Probed with a one-token window."""
+    if getattr(config.get_text_config(), "sliding_window", None) is None:
+        return False
+    masks = _first_step_masks(config, sliding_window=1)
+    return SLIDING_MASK in masks and bool(masks[SLIDING_MASK][1, 0])
+
+
+SLIDING_MASK = "sliding_attention"
+"""transformers' name for the mask of its sliding-window layers."""
+
+
+def _first_step_masks(config, sliding_window: int | None = None) -> dict[str, torch.Tensor]:
+    """The model's first-step masks for a prompt of two text-typed tokens, as booleans
+    (query, key) per layer kind: transformers' own `create_masks_for_generate` on a copy of
+    `config` (with `sliding_window` set, if given). Empty where the class has no such hook
+    taking `token_type_ids`, or where it raises (logged)."""
     generation = generation_class(config)
     create_masks = getattr(generation, "create_masks_for_generate", None)
     if create_masks is None or "token_type_ids" not in inspect.signature(create_masks).parameters:
-        return False
+        return {}
     probe = copy.deepcopy(config)
     for part in (probe, probe.get_text_config()):
         part._attn_implementation = MASK_PROBE_ATTENTION
+    if sliding_window is not None:
+        probe.get_text_config().sliding_window = sliding_window
     try:
         masks = create_masks(
             config=probe, inputs_embeds=torch.empty((1, 2, 0)), attention_mask=torch.ones((1, 2), dtype=torch.long),
@@ -77,10 +102,10 @@ def attends_across_prompt(config) -> bool:
         logger.warning("hf_bridge: could not ask %s.create_masks_for_generate whether a prompt attends both ways "
                        "(%s: %s); its prompt text is taken to attend causally.", generation.__name__,
                        type(exc).__name__, exc)
-        return False
-    masks = masks.values() if isinstance(masks, dict) else [masks]
-    # the first token seeing the second: True in a boolean mask, 0 in an additive one
-    return any(m is not None and bool(m[0, 0, 0, 1] if m.dtype == torch.bool else m[0, 0, 0, 1] == 0) for m in masks)
+        return {}
+    masks = masks if isinstance(masks, dict) else {"full_attention": masks}
+    # allowed: True in a boolean mask, 0 in an additive one
+    return {kind: (m[0, 0] if m.dtype == torch.bool else m[0, 0] == 0) for kind, m in masks.items() if m is not None}
 
 
 def mark_bidirectional(hf_config) -> bool:

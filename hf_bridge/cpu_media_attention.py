@@ -37,9 +37,11 @@ from vllm.v1.attention.backends.cpu_attn import (
     CPUAttentionMetadataBuilder,
 )
 
-from .bidirectional import attends_across_prompt
+from .bidirectional import attends_across_prompt, prompt_escapes_window
 from .media_spans import media_spans, prompt_ranges
 
+NO_WINDOW = -1
+"""vLLM's CPU attention's `sliding_window` for a layer without one."""
 PROMPT_LENGTHS: contextvars.ContextVar[np.ndarray | None] = contextvars.ContextVar("hf_bridge_prompt_lengths", default=None)
 """The prompt length of each row of the batch whose attention metadata is being built."""
 
@@ -65,10 +67,13 @@ def expose_prompt_lengths(runner_cls) -> None:
 
 @dataclasses.dataclass
 class MediaPass:
-    """The step's non-causal pass: which query rows it recomputes, and its metadata."""
+    """The step's non-causal pass: which query rows it recomputes, and its metadata;
+    `unwindowed` where the rows see their whole span on sliding-window layers too
+    (`bidirectional.prompt_escapes_window`)."""
 
     rows: torch.Tensor
     metadata: CPUAttentionMetadata
+    unwindowed: bool = False
 
 
 @dataclasses.dataclass
@@ -82,6 +87,7 @@ class CPUMediaAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.takes_prompts_whole = attends_across_prompt(vllm_config.model_config.hf_config)
+        self.prompts_escape_window = self.takes_prompts_whole and prompt_escapes_window(vllm_config.model_config.hf_config)
         if self.takes_prompts_whole:
             from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
@@ -130,7 +136,7 @@ class CPUMediaAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
             mm_req_doc_ranges=None,
         )
         rows = torch.tensor(spans.rows, dtype=torch.long, device=common.query_start_loc.device)
-        return MediaPass(rows=rows, metadata=super().build(common_prefix_len, span_batch))
+        return MediaPass(rows=rows, metadata=super().build(common_prefix_len, span_batch), unwindowed=self.prompts_escape_window)
 
 
 class CPUMediaAttentionBackendImpl(CPUAttentionBackendImpl):
@@ -140,7 +146,13 @@ class CPUMediaAttentionBackendImpl(CPUAttentionBackendImpl):
         if media_pass is not None:
             # Decoder attention reads keys and values from the cache, already written.
             recomputed = output.new_empty((media_pass.rows.numel(), *output.shape[1:]))
-            super().forward(layer, query[media_pass.rows], key, value, kv_cache, media_pass.metadata, recomputed)
+            window = self.sliding_window
+            if media_pass.unwindowed:
+                self.sliding_window = NO_WINDOW
+            try:
+                super().forward(layer, query[media_pass.rows], key, value, kv_cache, media_pass.metadata, recomputed)
+            finally:
+                self.sliding_window = window
             output[media_pass.rows] = recomputed
         return output
 

@@ -2,15 +2,24 @@
 Gemma3 matches transformers where its sliding window bites, and where the step budget
 would split an image across prefill steps (items are kept whole); PaliGemma, whose whole
 prompt attends both ways, matches it in a batch of prompts of different lengths that share
-their image."""
+their image, after a preemption, and as PaliGemma 2 (soft-capped attention, sliding-window
+layers shorter than its prompts)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from hf_bridge.validate import parity
+
+PALIGEMMA2 = Path(__file__).parent / "helpers" / "paligemma2.py"
+PALIGEMMA2_WINDOW = 8
+"""Shorter than every prompt (28 tokens and up), as PaliGemma 2's 4096 is than its
+896-pixel checkpoints' 4096 image tokens and their text."""
 
 pytestmark = pytest.mark.engine
 
@@ -132,4 +141,38 @@ def test_a_prompt_attending_both_ways_keeps_parity_when_its_request_is_preempted
         del scheduler._preempt_request
     assert preempted == [(31, 32)], "the longer prompt is preempted once, after its first generated token"
     for case, reference, out in zip(cases, references(model_dir, cases), outputs):
+        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
+
+
+@pytest.fixture(scope="module")
+def paligemma2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("paligemma2") / "paligemma2"
+    done = subprocess.run([sys.executable, str(PALIGEMMA2), str(out), str(PALIGEMMA2_WINDOW)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_paligemma2_sees_its_whole_prompt_past_the_window_with_its_attention_soft_capped(paligemma2, engines):
+    """On its sliding layers PaliGemma 2's prompt still sees all of itself ((causal AND
+    window) OR prompt, as transformers composes it), so the prompt's pass runs without the
+    window; its attention scores are soft-capped, which transformers' eager attention
+    applies and its default SDPA drops, so the reference runs eager (`reference_attention`)."""
+    from transformers import AutoConfig, AutoProcessor
+
+    from hf_bridge.bidirectional import attends_across_prompt, prompt_escapes_window
+    from hf_bridge.validate.reference import references
+    from helpers.conditioning import assert_well_conditioned
+
+    config = AutoConfig.from_pretrained(paligemma2)
+    assert attends_across_prompt(config) and prompt_escapes_window(config)
+    assert parity.load_generation_model(paligemma2).config.get_text_config()._attn_implementation == "eager"
+    standard = parity.standard_cases(64)
+    cases = [standard["one_image"], standard["two_images"]]
+    processor = AutoProcessor.from_pretrained(paligemma2)
+    assert min(len(parity.hf_inputs(processor, c)["input_ids"][0]) for c in cases) > PALIGEMMA2_WINDOW
+    llm = engines.get(paligemma2, limit_mm_per_prompt={"image": 2}, block_size=32)
+    outputs = llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
+    for case, reference, out in zip(cases, references(paligemma2, cases), outputs):
+        assert not parity.is_degenerate(reference.tokens), reference.tokens
+        assert_well_conditioned(paligemma2, case, reference)
         assert parity.compare(reference, parity.result_from_output(out)) == [], case.name

@@ -33,6 +33,27 @@ def test_attention_over_the_whole_prompt_is_read_from_transformers_own_mask(zoo)
     assert not attends_across_prompt(AutoConfig.for_model("gemma4_unified"))
 
 
+def test_a_prompt_escapes_the_window_only_where_a_window_and_a_prompt_block_both_exist(zoo):
+    """PaliGemma 2's sliding layers let its prompt see all of itself (see
+    `test_cpu_media_attention.py`); PaliGemma has no window, and Gemma3's text is causal."""
+    from transformers import AutoConfig
+
+    from hf_bridge.bidirectional import prompt_escapes_window
+
+    for arch in ("paligemma", "gemma3"):
+        assert not prompt_escapes_window(AutoConfig.from_pretrained(zoo(arch)))
+
+
+def test_the_reference_runs_eager_attention_exactly_where_attention_is_soft_capped():
+    from transformers import Gemma2Config, LlavaConfig, PaliGemmaConfig
+
+    from hf_bridge.validate.parity import reference_attention
+
+    assert reference_attention(PaliGemmaConfig(text_config=Gemma2Config())) == {"attn_implementation": "eager"}
+    assert reference_attention(PaliGemmaConfig(text_config=Gemma2Config(attn_logit_softcapping=None))) == {}
+    assert reference_attention(LlavaConfig()) == {}
+
+
 def test_logits_head_follows_the_hf_class_not_config_fields(zoo):
     """Aya Vision's text config has logit_scale=0.0625: its VLM class never applies it
     (vLLM's in-tree backend does), while Cohere2's own causal-LM class does."""

@@ -323,13 +323,29 @@ def _call_with(processor, text: str, media: dict[str, list], extra: dict[str, An
         return processor(text=[text], **nested, **extra)
 
 
+SOFTCAP_FIELD = "attn_logit_softcapping"
+"""A config field asking attention to soft-cap its scores (Gemma 2's text model, as in
+PaliGemma 2). transformers' eager attention applies it; its SDPA path, the default, takes
+the cap and drops it (`sdpa_attention_forward` swallows `softcap`); vLLM applies it."""
+
+
+def reference_attention(config) -> dict[str, str]:
+    """`from_pretrained` arguments for the attention the reference runs: transformers'
+    default, or eager where the model soft-caps attention scores (`SOFTCAP_FIELD`), so that
+    the reference computes the model its config describes."""
+    if any(getattr(c, SOFTCAP_FIELD, None) for c in (config, config.get_text_config())):
+        return {"attn_implementation": "eager"}
+    return {}
+
+
 def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     """The class a transformers user generates with, in `dtype`: image-text-to-text, else
     the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR); as
     transformers resolves it, the checkpoint's own class where its code is trusted.
 
     In float64 (the rounding check's exact reference) experts run transformers' eager
-    loop: its grouped-matmul kernels take no double."""
+    loop: its grouped-matmul kernels take no double. A model that soft-caps attention
+    scores runs eager attention (`reference_attention`)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoModelForMultimodalLM
 
@@ -340,7 +356,8 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     takes_images = type(config) in AutoModelForImageTextToText._model_mapping or AutoModelForImageTextToText.__name__ in own_code
     auto = AutoModelForImageTextToText if takes_images else AutoModelForMultimodalLM
     exact = {"experts_implementation": "eager"} if dtype == "float64" else {}
-    return auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), trust_remote_code=trusts_remote_code(), **exact).eval()
+    return auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), trust_remote_code=trusts_remote_code(),
+                                **exact, **reference_attention(config)).eval()
 
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
