@@ -86,9 +86,9 @@ class CPUMediaAttentionMetadata(CPUAttentionMetadata):
 class CPUMediaAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self.takes_prompts_whole = attends_across_prompt(vllm_config.model_config.hf_config)
-        self.prompts_escape_window = self.takes_prompts_whole and prompt_escapes_window(vllm_config.model_config.hf_config)
-        if self.takes_prompts_whole:
+        self.attends_across_prompt = attends_across_prompt(vllm_config.model_config.hf_config)
+        self.prompts_escape_window = self.attends_across_prompt and prompt_escapes_window(vllm_config.model_config.hf_config)
+        if self.attends_across_prompt:
             from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
             expose_prompt_lengths(CPUModelRunner)
@@ -103,7 +103,7 @@ class CPUMediaAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
 
     def _ranges(self, common) -> dict[int, list[tuple[int, int]]] | None:
         """The step's bidirectional ranges: vLLM's item ranges, or each request's prompt."""
-        if not self.takes_prompts_whole:
+        if not self.attends_across_prompt:
             return common.mm_req_doc_ranges
         prompt_lengths = PROMPT_LENGTHS.get()
         if prompt_lengths is None:
