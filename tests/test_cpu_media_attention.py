@@ -161,11 +161,16 @@ def test_paligemma2_sees_its_whole_prompt_past_the_window_with_its_attention_sof
 
     from hf_bridge.bidirectional import attends_across_prompt, prompt_escapes_window
     from hf_bridge.validate.reference import references
+    from hf_bridge.validate.transformers_side import TransformersSide
     from helpers.conditioning import assert_well_conditioned
 
     config = AutoConfig.from_pretrained(paligemma2)
     assert attends_across_prompt(config) and prompt_escapes_window(config)
     assert parity.load_generation_model(paligemma2).config.get_text_config()._attn_implementation == "eager"
+    side = TransformersSide(paligemma2, {"float32": []})  # `hf-bridge validate` says so on its progress line
+    side.stop()
+    assert side.work.endswith("with eager attention (the model soft-caps attention scores, which transformers' "
+                              "default SDPA attention drops)")
     standard = parity.standard_cases(64)
     cases = [standard["one_image"], standard["two_images"]]
     processor = AutoProcessor.from_pretrained(paligemma2)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from . import parity
+from .checkpoint import load_config
 
 MODULE = "hf_bridge.validate.transformers_side"
 
@@ -42,6 +43,10 @@ class TransformersSide:
                  rows: RowsWanted | None = None):
         work = [f"encoder rows for {len(rows.cases)} case(s)"] if rows is not None else []
         work += [f"{len(keys)} reference(s) in {dtype}" for dtype, keys in wanted.items()]
+        attention = parity.reference_attention(load_config(model_dir)).get("attn_implementation")
+        if work and attention:
+            work[-1] += (f", with {attention} attention (the model soft-caps attention scores, which transformers' "
+                         "default SDPA attention drops)")
         self.work = " and ".join(work) or "nothing"
         """What it computes, in words (a progress line)."""
         command = [sys.executable, "-m", MODULE, str(model_dir), json.dumps(wanted)]
