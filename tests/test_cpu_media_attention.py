@@ -52,6 +52,19 @@ def _parity(llm, model_dir, case_names):
         assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
 
 
+def _generate(llm, processor, cases):
+    """`cases` through `llm` in one batch."""
+    return llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
+
+
+def _assert_outputs_match(model_dir, cases, outputs):
+    """Each case's output at strict parity with transformers' reference."""
+    from hf_bridge.validate.reference import references
+
+    for case, reference, out in zip(cases, references(model_dir, cases), outputs, strict=True):
+        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
+
+
 def test_image_tokens_attend_both_ways_under_a_sliding_window(windowed_gemma3, engines):
     llm = engines.get(windowed_gemma3, limit_mm_per_prompt={"image": 2})
     config = llm.llm_engine.vllm_config
@@ -86,7 +99,6 @@ def test_a_prompt_attending_both_ways_is_prefilled_whole_and_matches_in_a_batch(
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     from hf_bridge.bidirectional import report_bidirectional_attention
-    from hf_bridge.validate.reference import references
 
     model_dir = zoo("paligemma")
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2}, enable_chunked_prefill=True, enable_prefix_caching=True)
@@ -103,9 +115,8 @@ def test_a_prompt_attending_both_ways_is_prefilled_whole_and_matches_in_a_batch(
     cases = [standard["one_image"], standard["two_images"],
              replace(standard["one_image"], name="one_image_longer", text="Describe what you see, in detail, for a caption.")]
     processor = AutoProcessor.from_pretrained(model_dir)
-    outputs = llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
-    for case, reference, out in zip(cases, references(model_dir, cases), outputs):
-        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
+    outputs = _generate(llm, processor, cases)
+    _assert_outputs_match(model_dir, cases, outputs)
 
 
 def test_a_prompt_attending_both_ways_keeps_parity_when_its_request_is_preempted(zoo, engines):
@@ -116,8 +127,6 @@ def test_a_prompt_attending_both_ways_keeps_parity_when_its_request_is_preempted
     from dataclasses import replace
 
     from transformers import AutoProcessor
-
-    from hf_bridge.validate.reference import references
 
     model_dir = zoo("paligemma")
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1}, block_size=32, num_gpu_blocks_override=3,
@@ -136,12 +145,11 @@ def test_a_prompt_attending_both_ways_keeps_parity_when_its_request_is_preempted
 
     scheduler._preempt_request = counting_preempt
     try:
-        outputs = llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
+        outputs = _generate(llm, processor, cases)
     finally:
         del scheduler._preempt_request
     assert preempted == [(31, 32)], "the longer prompt is preempted once, after its first generated token"
-    for case, reference, out in zip(cases, references(model_dir, cases), outputs):
-        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
+    _assert_outputs_match(model_dir, cases, outputs)
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +184,8 @@ def test_paligemma2_sees_its_whole_prompt_past_the_window_with_its_attention_sof
     processor = AutoProcessor.from_pretrained(paligemma2)
     assert min(len(parity.hf_inputs(processor, c)["input_ids"][0]) for c in cases) > PALIGEMMA2_WINDOW
     llm = engines.get(paligemma2, limit_mm_per_prompt={"image": 2}, block_size=32)
-    outputs = llm.generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(), use_tqdm=False)
-    for case, reference, out in zip(cases, references(paligemma2, cases), outputs):
+    outputs = _generate(llm, processor, cases)
+    for case, reference in zip(cases, references(paligemma2, cases)):
         assert not parity.is_degenerate(reference.tokens), reference.tokens
         assert_well_conditioned(paligemma2, case, reference)
-        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
+    _assert_outputs_match(paligemma2, cases, outputs)
