@@ -144,7 +144,7 @@ def experts_without_top_k(num_experts: int, fields: tuple[str, ...], text_config
            f"than transformers' config; serve it with model_impl=\"vllm\", which reads it that way.") if vllm_loaded_as else (
         " Name the count in the checkpoint's text config (hf_overrides={\"text_config\": {\"num_experts_per_tok\": K}}).")
     return (f"vLLM counts {num_experts} experts in this checkpoint, but the HF text config "
-            f"({type(text_config).__name__}) names no experts-per-token count ({', '.join(fields)}), "
+            f"({type(text_config).__name__}) names no experts-per-token count ({', '.join(fields)}, nor another name vLLM reads), "
             f"so vLLM's fused-MoE layer cannot be built.{why}")
 
 

@@ -24,6 +24,13 @@ EXPERTS_NAME = "experts"
 """The child name vLLM's `MoEMixin` replaces with its fused-MoE layer."""
 ROUTING_ARGUMENTS = 3
 """What vLLM's fused-MoE layer is called with in an HF block: hidden states, top-k ids, top-k weights."""
+ACTIVATION_NAME = "act_fn"
+"""Where transformers' experts keep the activation of their gated MLP."""
+GATE_HOOK = "_apply_gate"
+"""The method transformers' experts implementations (`use_experts_implementation`) gate
+through; a class that defines its own gates otherwise than `act_fn(gate) * up`."""
+ACTIVATION_PROBE = torch.linspace(-4.0, 4.0, 17)
+"""Points an activation is measured at to tell whether it is SiLU."""
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
@@ -85,3 +92,37 @@ def experts_without_routing(root: torch.nn.Module) -> Iterator[Site]:
             inspect.signature(child.forward).bind(*([None] * ROUTING_ARGUMENTS))
         except TypeError:
             yield parent, EXPERTS_NAME, child
+
+
+def experts_with_another_activation(root: torch.nn.Module) -> Iterator[Site]:
+    """`experts` modules whose gated MLP is not `silu(gate) * up` over concatenated
+    [gate; up] weights, the one vLLM's fused-MoE layer computes for HF experts: those whose
+    `act_fn` is another function (Gemma 4's GELU), whose class gates in code of its own
+    (transformers' `_apply_gate` hook overridden: MiniMax-M3's and Step-3.7's clamped
+    gates), or that declare no gate or interleaved weights (`has_gate`, `is_concatenated`).
+    Fused, they would compute another model without a word."""
+    for parent in root.modules():
+        child = parent._modules.get(EXPERTS_NAME)
+        if child is None:
+            continue
+        expert = child[0] if isinstance(child, _CONTAINERS) and len(child) else child
+        if not gates_as_vllm_fuses(expert):
+            yield parent, EXPERTS_NAME, child
+
+
+def gates_as_vllm_fuses(expert: torch.nn.Module) -> bool:
+    """Whether `expert` computes `silu(gate) * up` from concatenated [gate; up] weights."""
+    from transformers.integrations.moe import _default_apply_gate
+
+    own_gate = getattr(type(expert), GATE_HOOK, _default_apply_gate) is not _default_apply_gate
+    layout = getattr(expert, "has_gate", True) and getattr(expert, "is_concatenated", True)
+    return not own_gate and layout and computes_silu(getattr(expert, ACTIVATION_NAME, None))
+
+
+def computes_silu(activation) -> bool:
+    """Whether `activation` (a module or a function) computes SiLU, measured."""
+    if not callable(activation):
+        return False
+    with torch.no_grad():
+        measured = activation(ACTIVATION_PROBE.clone())
+    return isinstance(measured, torch.Tensor) and torch.allclose(measured, torch.nn.functional.silu(ACTIVATION_PROBE))

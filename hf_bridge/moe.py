@@ -2,24 +2,27 @@
 
 `HFBridgeMoEMixin` is vLLM's `MoEMixin` with what HF MoE checkpoints need beyond it: an
 experts-per-token count kept under another name, experts stored transposed, and experts
-that cannot take vLLM's routing kept as transformers wrote them.
+that cannot take vLLM's routing, or compute another gated MLP than its fused layer,
+kept as transformers wrote them.
 """
 
 from __future__ import annotations
 
 from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.moe import MoEMixin
+from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
 
 from . import LOGGER_NAME, errors
-from .kept_modules import experts_without_routing, kept_out
+from .kept_modules import experts_with_another_activation, experts_without_routing, kept_out
 
 logger = init_logger(LOGGER_NAME)
 
 VLLM_TOP_K_FIELDS = ("num_experts_per_tok", "top_k")
 """The experts-per-token fields vLLM's `MoEMixin` reads."""
-TOP_K_FIELDS = ("moe_topk", "moe_k")
-"""Experts-per-token fields vLLM's `MoEMixin` does not read (it reads `num_experts_per_tok`
-and `top_k`): Aria's `moe_topk`, Ernie 4.5's `moe_k`."""
+TOP_K_FIELDS = ("moe_k",)
+"""An experts-per-token field that neither vLLM's `MoEMixin` nor vLLM's config reader
+(`ModelArchConfigConvertorBase`, which knows Aria's `moe_topk` and Gemma 4's
+`top_k_experts`) reads: Ernie 4.5's `moe_k`."""
 
 
 class HFBridgeMoEMixin(MoEMixin):
@@ -36,6 +39,11 @@ class HFBridgeMoEMixin(MoEMixin):
         if kept:
             logger.info("hf_bridge keeps transformers' %s: its forward takes no routing (top-k ids and weights), "
                         "which vLLM's fused-MoE layer is called with", type(kept[0][2]).__name__)
+        other_activation = [site for site in experts_with_another_activation(self.model) if site not in kept]
+        if other_activation:
+            logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
+                        "fused-MoE layer computes", type(other_activation[0][2]).__name__)
+            kept += other_activation
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
             f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
@@ -60,7 +68,8 @@ def name_top_k(text_config) -> int | None:
     vLLM's layer reads it); None where the config names none."""
     named = next((getattr(text_config, f) for f in VLLM_TOP_K_FIELDS if getattr(text_config, f, None) is not None), None)
     if named is None:
-        named = next((getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
-        if named is not None:
+        named = ModelArchConfigConvertorBase(text_config, text_config).get_num_experts_per_token() or next(
+            (getattr(text_config, f) for f in TOP_K_FIELDS if isinstance(getattr(text_config, f, None), int)), None)
+        if named:
             text_config.num_experts_per_tok = named
-    return named
+    return named or None

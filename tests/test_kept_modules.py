@@ -7,7 +7,14 @@ from transformers import Llama4TextConfig, Qwen3MoeConfig
 from transformers.models.llama4.modeling_llama4 import Llama4Router, Llama4TextMoe
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
-from hf_bridge.kept_modules import experts_without_routing, kept_out, linears_with_own_forward, torch_composites
+from hf_bridge.kept_modules import (
+    computes_silu,
+    experts_with_another_activation,
+    experts_without_routing,
+    kept_out,
+    linears_with_own_forward,
+    torch_composites,
+)
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, vocab_size=100)
 
@@ -50,3 +57,31 @@ def test_kept_modules_are_out_of_sight_while_layers_are_replaced_then_back_untou
         assert not any(isinstance(m, torch.nn.Linear) for m in root.modules())
         assert list(root.parameters()) == []
     assert root.router is router
+
+
+def test_experts_gated_by_another_function_than_silu_are_kept():
+    """vLLM's fused-MoE layer computes `silu(gate) * up` for HF experts: Gemma 4's GELU-gated
+    experts, MiniMax-M3's own gate (no `act_fn`) and Step-3.7's clamps around SiLU (its own
+    `_apply_gate`) are kept; Qwen3-MoE's SiLU experts are fused."""
+    from transformers import Gemma4TextConfig, MiniMaxM3VLTextConfig, Step3p7TextConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextExperts
+    from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import MiniMaxM3VLExperts
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts
+
+    root = torch.nn.ModuleDict({name: torch.nn.Module() for name in ("gemma4", "minimax", "step3p7", "qwen3")})
+    root["gemma4"].experts = Gemma4TextExperts(Gemma4TextConfig(**TINY, num_experts=4, top_k_experts=2, moe_intermediate_size=16))
+    root["minimax"].experts = MiniMaxM3VLExperts(MiniMaxM3VLTextConfig(**TINY, num_local_experts=4))
+    step3p7 = Step3p7Experts(Step3p7TextConfig(**TINY, moe_num_experts=4, moe_intermediate_size=16), swiglu_limit=7.0)
+    root["step3p7"].experts = step3p7
+    root["qwen3"] = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(**TINY, num_experts=4, moe_intermediate_size=16))
+    assert computes_silu(step3p7.act_fn)  # its clamps are in its own `_apply_gate`
+    kept = [(parent, name) for parent, name, _ in experts_with_another_activation(root)]
+    assert kept == [(root["gemma4"], "experts"), (root["minimax"], "experts"), (root["step3p7"], "experts")]
+
+
+def test_silu_is_told_by_what_an_activation_computes():
+    from transformers.activations import ACT2FN
+
+    assert computes_silu(ACT2FN["silu"]) and computes_silu(ACT2FN["swish"]) and computes_silu(torch.nn.functional.silu)
+    assert not computes_silu(ACT2FN["gelu_pytorch_tanh"]) and not computes_silu(ACT2FN["relu2"]) and not computes_silu(None)
+
