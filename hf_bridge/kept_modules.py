@@ -94,7 +94,7 @@ def experts_without_routing(root: torch.nn.Module) -> Iterator[Site]:
             yield parent, EXPERTS_NAME, child
 
 
-def experts_with_another_activation(root: torch.nn.Module) -> Iterator[Site]:
+def experts_with_another_gated_mlp(root: torch.nn.Module) -> Iterator[Site]:
     """`experts` modules whose gated MLP is not `silu(gate) * up` over concatenated
     [gate; up] weights, the one vLLM's fused-MoE layer computes for HF experts: those whose
     `act_fn` is another function (Gemma 4's GELU), whose class gates in code of its own

@@ -13,7 +13,7 @@ from vllm.model_executor.models.transformers.moe import MoEMixin
 from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
 
 from . import LOGGER_NAME, errors
-from .kept_modules import experts_with_another_activation, experts_without_routing, kept_out
+from .kept_modules import experts_with_another_gated_mlp, experts_without_routing, kept_out
 
 logger = init_logger(LOGGER_NAME)
 
@@ -39,11 +39,11 @@ class HFBridgeMoEMixin(MoEMixin):
         if kept:
             logger.info("hf_bridge keeps transformers' %s: its forward takes no routing (top-k ids and weights), "
                         "which vLLM's fused-MoE layer is called with", type(kept[0][2]).__name__)
-        other_activation = [site for site in experts_with_another_activation(self.model) if site not in kept]
-        if other_activation:
+        otherwise_gated = [site for site in experts_with_another_gated_mlp(self.model) if site not in kept]
+        if otherwise_gated:
             logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
-                        "fused-MoE layer computes", type(other_activation[0][2]).__name__)
-            kept += other_activation
+                        "fused-MoE layer computes", type(otherwise_gated[0][2]).__name__)
+            kept += otherwise_gated
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
             f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)

@@ -9,7 +9,7 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBl
 
 from hf_bridge.kept_modules import (
     computes_silu,
-    experts_with_another_activation,
+    experts_with_another_gated_mlp,
     experts_without_routing,
     kept_out,
     linears_with_own_forward,
@@ -75,7 +75,7 @@ def test_experts_gated_by_another_function_than_silu_are_kept():
     root["step3p7"].experts = step3p7
     root["qwen3"] = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(**TINY, num_experts=4, moe_intermediate_size=16))
     assert computes_silu(step3p7.act_fn)  # its clamps are in its own `_apply_gate`
-    kept = [(parent, name) for parent, name, _ in experts_with_another_activation(root)]
+    kept = [(parent, name) for parent, name, _ in experts_with_another_gated_mlp(root)]
     assert kept == [(root["gemma4"], "experts"), (root["minimax"], "experts"), (root["step3p7"], "experts")]
 
 
