@@ -85,3 +85,16 @@ def test_silu_is_told_by_what_an_activation_computes():
     assert computes_silu(ACT2FN["silu"]) and computes_silu(ACT2FN["swish"]) and computes_silu(torch.nn.functional.silu)
     assert not computes_silu(ACT2FN["gelu_pytorch_tanh"]) and not computes_silu(ACT2FN["relu2"]) and not computes_silu(None)
 
+
+def test_experts_kept_as_a_list_of_mlps_are_judged_by_their_first():
+    """Experts kept as a `ModuleList` of MLPs (vLLM fuses those too): SiLU-gated Llama MLPs
+    are fused, GELU-gated Gemma MLPs kept."""
+    from transformers import GemmaConfig, LlamaConfig
+    from transformers.models.gemma.modeling_gemma import GemmaMLP
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    root = torch.nn.ModuleDict({name: torch.nn.Module() for name in ("llama", "gemma")})
+    root["llama"].experts = torch.nn.ModuleList(LlamaMLP(LlamaConfig(**TINY)) for _ in range(2))
+    root["gemma"].experts = torch.nn.ModuleList(GemmaMLP(GemmaConfig(**TINY)) for _ in range(2))
+    assert [(parent, name) for parent, name, _ in experts_with_another_gated_mlp(root)] == [(root["gemma"], "experts")]
+
