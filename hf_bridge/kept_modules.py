@@ -81,17 +81,24 @@ def linears_with_own_forward(root: torch.nn.Module, sharded: Iterable[str] = ())
                 yield parent, name, child
 
 
+def experts_modules(root: torch.nn.Module) -> Iterator[Site]:
+    """Every child named `experts`, the modules vLLM's `MoEMixin` replaces."""
+    for parent in root.modules():
+        child = parent._modules.get(EXPERTS_NAME)
+        if child is not None:
+            yield parent, EXPERTS_NAME, child
+
+
 def experts_without_routing(root: torch.nn.Module) -> Iterator[Site]:
     """`experts` modules whose forward cannot take the routing vLLM's fused-MoE layer is
     called with (Llama 4's experts take tokens already sorted and weighted per expert)."""
-    for parent in root.modules():
-        child = parent._modules.get(EXPERTS_NAME)
-        if child is None or isinstance(child, _CONTAINERS):
+    for parent, name, child in experts_modules(root):
+        if isinstance(child, _CONTAINERS):
             continue
         try:
             inspect.signature(child.forward).bind(*([None] * ROUTING_ARGUMENTS))
         except TypeError:
-            yield parent, EXPERTS_NAME, child
+            yield parent, name, child
 
 
 def experts_with_another_gated_mlp(root: torch.nn.Module) -> Iterator[Site]:
@@ -101,13 +108,10 @@ def experts_with_another_gated_mlp(root: torch.nn.Module) -> Iterator[Site]:
     (transformers' `_apply_gate` hook overridden: MiniMax-M3's and Step-3.7's clamped
     gates), or that declare no gate or interleaved weights (`has_gate`, `is_concatenated`).
     Fused, they would compute another model without a word."""
-    for parent in root.modules():
-        child = parent._modules.get(EXPERTS_NAME)
-        if child is None:
-            continue
+    for parent, name, child in experts_modules(root):
         expert = child[0] if isinstance(child, _CONTAINERS) and len(child) else child
         if not gates_as_vllm_fuses(expert):
-            yield parent, EXPERTS_NAME, child
+            yield parent, name, child
 
 
 def gates_as_vllm_fuses(expert: torch.nn.Module) -> bool:
