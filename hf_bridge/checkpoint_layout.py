@@ -65,13 +65,15 @@ def transformers_layout(
         return
     pending: dict[tuple[int, str], Any] = {}
     for name, tensor in weights:
-        if loads_as_is(name):
-            yield name, tensor
-            continue
         renamed = name
         for renaming in renamings:
             renamed, _ = renaming.rename_source_key(renamed)
         match = next(((c, *c.rename_source_key(renamed)) for c in converters if c.rename_source_key(renamed)[1]), None)
+        # vLLM's loaders read a stored tensor as it is; of transformers' converters they
+        # redo only the merge of per-expert tensors (its fused-MoE layer reads each expert).
+        if loads_as_is(name) and (match is None or _merges_many(match[0])):
+            yield name, tensor
+            continue
         if match is None:
             yield renamed, tensor
             continue

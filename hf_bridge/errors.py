@@ -197,3 +197,27 @@ def prompt_ids_not_text(processor: Any) -> str:
         f"these prompt token ids do not decode to a text that tokenizes back to them. Send the "
         f"prompt as text, or as ids the tokenizer made from a text."
     )
+
+
+NATIVE_OR_TRANSFORMERS = ("Serve it with vLLM's native implementation (model_impl=\"vllm\") where vLLM has one for this "
+                          "architecture, or check it with transformers itself.")
+
+
+def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
+    names = ", ".join(f"`{t}`" for t in terms)
+    return (
+        f"{type(module).__name__} passes {names} to its attention function, a term of the attention "
+        f"scores (a position bias, the key blocks a sparse indexer chose) that vLLM's paged attention "
+        f"does not apply: served by the Transformers backend, this model would not attend as it was "
+        f"trained to, and answer wrongly. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
+def layers_with_carried_state(layers: list[tuple[int, str]], model_type: str) -> str:
+    where = ", ".join(f"{index} ({kind})" for index, kind in layers[:4]) + (", ..." if len(layers) > 4 else "")
+    return (
+        f"{len(layers)} decoder layer(s) of this {model_type} model keep a convolution or recurrent state "
+        f"from one step to the next (layers {where}), which transformers caches beside the keys and "
+        f"values and vLLM's paged KV cache cannot hold: served by the Transformers backend, each step "
+        f"would see only its own tokens. {NATIVE_OR_TRANSFORMERS}"
+    )

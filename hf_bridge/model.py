@@ -41,6 +41,8 @@ from vllm.distributed.utils import get_pp_indices
 from vllm.sequence import IntermediateTensors
 
 from . import LOGGER_NAME, errors, features, split
+from .attention_terms import install as install_attention_term_check
+from .attention_terms import layers_with_carried_state
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
@@ -87,7 +89,11 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     attribute)."""
 
     def __init__(self, *, vllm_config, prefix: str = ""):
-        log_handling(vllm_config.model_config.hf_config)
+        hf_config = vllm_config.model_config.hf_config
+        log_handling(hf_config)
+        if carried := layers_with_carried_state(hf_config):
+            raise ValueError(errors.layers_with_carried_state(carried, hf_config.model_type))
+        install_attention_term_check(errors.attention_terms_not_applied)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         text_model = self.get_language_model().model

@@ -21,8 +21,9 @@ the reason is logged. Installing hf_bridge never takes a model away.
 after it (`engine_lifetime.py`), and gives prompts without media the tokens the HF
 processor adds to every prompt (`text_only_prompts.py`).
 
-`HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge;
-hf_bridge never replaces vLLM's `"vllm"` attention function, only reuses it.
+`HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge.
+hf_bridge never replaces vLLM's `"vllm"` attention function: its model wraps it with one
+check, that no attention term is dropped (`attention_terms.py`).
 """
 
 from __future__ import annotations

@@ -29,8 +29,10 @@ config = AutoConfig.from_pretrained(directory)
 stored = load_file(str(directory / "model.safetensors"))
 model = load_generation_model(directory)
 expected = model.state_dict()
-streamed = dict(transformers_layout(stored.items(), config, model.model))
+placed = sys.argv[3] == "placed"  # as if vLLM's own mapping placed every stored name
+streamed = dict(transformers_layout(stored.items(), config, model.model, loads_as_is=lambda name: placed))
 print(json.dumps({
+    "as_stored": sorted(k for k in streamed if k in stored and torch.equal(streamed[k], stored[k])),
     "transforms": len(checkpoint_transforms(config, model.model)),
     "renamed": sorted(set(stored) - set(expected)),
     "missing": sorted(set(expected) - set(streamed)),
@@ -43,13 +45,34 @@ print(json.dumps({
 @pytest.mark.parametrize("model_type", ["kimi_k25", "glmasr"])
 def test_original_layout_streams_as_transformers_loads_it(model_type, tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", COMPARE, model_type, str(tmp_path / model_type)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", COMPARE, model_type, str(tmp_path / model_type), "unplaced"], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["transforms"] > 0
     assert report["renamed"], "the stored checkpoint must be in the original layout, or this proves nothing"
     assert report["missing"] == [] and report["extra"] == [] and report["differ"] == []
+
+
+def test_a_tensor_stored_in_another_layout_is_converted_where_vllm_places_its_name(tmp_path):
+    """vLLM's fused-MoE layer loads the name Inkling stores its experts under
+    (`experts.w13_weight`), but reads the tensor as stored, where transformers interleaves
+    gate and up rows into `gate_up_proj` (`Interleave`): fed as stored, it raised, and read
+    as a fused [gate; up] it would compute other experts. A converter that re-lays a stored
+    tensor runs even where vLLM's mapping places the name; names only renamed reach vLLM
+    as stored, for its own renaming."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARE, "inkling_mm_model", str(tmp_path / "inkling"), "placed"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    relaid = [name for name in report["renamed"] if ".w13" in name]
+    assert relaid, "the stored checkpoint must hold Inkling's interleaved w13 tensors, or this proves nothing"
+    assert not set(relaid) & set(report["as_stored"]) and not set(relaid) & set(report["extra"])
+    converted = {name.replace("model.llm.", "model.language_model.").replace("experts.w13_weight", "experts.gate_up_proj")
+                 for name in relaid if name.endswith("experts.w13_weight")}
+    assert converted and not converted & set(report["missing"] + report["differ"])
+    assert set(report["extra"]) <= set(report["as_stored"]), "names vLLM places reach it as stored"
 
 
 def test_checkpoint_without_transforms_streams_unchanged():

@@ -1,0 +1,84 @@
+"""Attention terms and decoder state vLLM's paged attention cannot carry: refused, never dropped.
+
+transformers' attention interface hands each call a model's own terms beside q, k and v:
+a relative-position bias added to the scores (Inkling's `position_bias`), the key blocks a
+sparse indexer selected (MiniMax-M3's `block_indices`, DeepSeek-V3.2's `indices`). vLLM's
+`"vllm"` and `"vllm_mla"` functions take them in `**kwargs` and drop them, as they once
+dropped attention sinks (vLLM's `check_sinks` now refuses those): the model then runs
+dense, unbiased attention, and answers wrongly without an error (MiniMax-M3's prefill
+differs only past the blocks its indexer keeps, so tiny checks pass; its first decode
+step then fails inside the indexer, which reads a cache vLLM does not keep).
+`refuse_unapplied_terms` wraps each of vLLM's functions with that check, calling it
+unchanged otherwise; the first forward refuses (vLLM's start-up pass, where it runs one:
+every GPU engine; the CPU's eager mode skips it, so there the first request).
+
+A decoder layer may also keep a convolution or recurrent state from one step to the next
+(linear attention, LFM2's short convolutions, Inkling's `hybrid` layers), which
+transformers caches beside the keys and values and vLLM's paged KV cache cannot hold:
+each step would see its own tokens only. `layers_with_carried_state` finds them with
+transformers' own reading of the config. No vLLM import here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+VLLM_ATTENTION_FUNCTIONS = ("vllm", "vllm_mla")
+"""The names vLLM registers its attention functions under in transformers' `ALL_ATTENTION_FUNCTIONS`."""
+APPLIED_BY_VLLM = frozenset({"dropout", "scaling", "sliding_window", "softcap", "s_aux"})
+"""Keywords vLLM's attention layer stands for: built with the module's scale, the config's
+sliding window and soft cap, and the sinks (which vLLM checks itself); no dropout at inference."""
+CHECKED_ATTR = "hf_bridge_checks_terms"
+
+
+def known_keywords() -> frozenset[str]:
+    """`APPLIED_BY_VLLM` and transformers' shared keywords (`TransformersKwargs`: positions,
+    packed-sequence bounds, output flags), which describe the batch vLLM lays out itself."""
+    from transformers.utils.generic import TransformersKwargs
+
+    return APPLIED_BY_VLLM | frozenset(TransformersKwargs.__annotations__)
+
+
+def unapplied_terms(kwargs: Mapping[str, Any], known: frozenset[str]) -> list[str]:
+    """The keywords of one attention call that carry a tensor vLLM's attention would drop."""
+    return [name for name, value in kwargs.items() if isinstance(value, torch.Tensor) and name not in known]
+
+
+def refuse_unapplied_terms(attention: Callable, describe: Callable[[torch.nn.Module, list[str]], str]) -> Callable:
+    """`attention`, raising `ValueError(describe(module, terms))` on a call that carries terms it would drop."""
+    if getattr(attention, CHECKED_ATTR, False):
+        return attention
+    known = known_keywords()
+
+    @functools.wraps(attention)
+    def checked(module, *args, **kwargs):
+        terms = unapplied_terms(kwargs, known)
+        if terms:
+            raise ValueError(describe(module, terms))
+        return attention(module, *args, **kwargs)
+
+    setattr(checked, CHECKED_ATTR, True)
+    return checked
+
+
+def install(describe: Callable[[torch.nn.Module, list[str]], str]) -> None:
+    """Wrap vLLM's attention functions in transformers' registry, once per process."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    for name in VLLM_ATTENTION_FUNCTIONS:
+        if name in ALL_ATTENTION_FUNCTIONS:
+            ALL_ATTENTION_FUNCTIONS.register(name, refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], describe))
+
+
+def layers_with_carried_state(config: Any) -> list[tuple[int, str]]:
+    """(index, layer type) of each decoder layer whose transformers cache keeps a
+    convolution or recurrent state: those `get_layer_types_and_kwargs` gives a
+    `number_of_states`, as it does for "conv", "linear_attention" and the "hybrid" types."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    types, per_layer_kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return [(index, kind) for index, (kind, kwargs) in enumerate(zip(types, per_layer_kwargs)) if "number_of_states" in kwargs]

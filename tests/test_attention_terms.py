@@ -1,0 +1,113 @@
+"""What vLLM's paged attention cannot carry is refused at engine start, never dropped
+(`hf_bridge/attention_terms.py`): a model's own attention terms (a position bias, the
+key blocks a sparse indexer chose) and decoder layers that keep a convolution or
+recurrent state between steps.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_bridge import errors
+from hf_bridge.attention_terms import install, known_keywords, layers_with_carried_state, refuse_unapplied_terms, unapplied_terms
+
+MINIMAX_SPARSE = Path(__file__).parent / "helpers" / "minimax_sparse.py"
+NATIVE = ("Serve it with vLLM's native implementation (model_impl=\"vllm\") where vLLM has one for this architecture, "
+          "or check it with transformers itself.")
+
+
+def test_a_tensor_term_outside_what_vllm_applies_is_named():
+    tensor = torch.zeros(1)
+    assert unapplied_terms({"position_bias": tensor, "block_indices": tensor, "indices": None}, known_keywords()) == [
+        "position_bias", "block_indices"]
+    # what vLLM's layer is built with, checks itself, or lays out itself (transformers' shared keywords)
+    assert unapplied_terms({"s_aux": tensor, "position_ids": tensor, "cu_seq_lens_q": tensor, "max_length_q": 7,
+                            "scaling": 0.125, "sliding_window": 4, "softcap": 30.0, "dropout": 0.0, "is_causal": True},
+                           known_keywords()) == []
+
+
+def test_the_check_calls_the_attention_function_unchanged_or_refuses():
+    calls = []
+
+    def attention(module, query, key, value, mask, **kwargs):
+        calls.append(kwargs)
+        return query, None
+
+    checked = refuse_unapplied_terms(attention, errors.attention_terms_not_applied)
+    assert refuse_unapplied_terms(checked, errors.attention_terms_not_applied) is checked, "wrapped once"
+    query = torch.ones(1, 2, 3, 4)
+    assert checked(torch.nn.Identity(), query, query, query, None, scaling=0.5)[0] is query and calls == [{"scaling": 0.5}]
+    with pytest.raises(ValueError) as raised:
+        checked(torch.nn.Identity(), query, query, query, None, position_bias=torch.zeros(1))
+    assert str(raised.value) == errors.attention_terms_not_applied(torch.nn.Identity(), ["position_bias"])
+    assert str(raised.value).startswith("Identity passes `position_bias` to its attention function") and len(calls) == 1
+
+
+def test_vllms_attention_functions_are_wrapped_not_replaced():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from vllm.model_executor.models import transformers as backend
+
+    install(errors.attention_terms_not_applied)
+    install(errors.attention_terms_not_applied)
+    assert ALL_ATTENTION_FUNCTIONS["vllm"].__wrapped__ is backend.vllm_attention_forward
+    assert ALL_ATTENTION_FUNCTIONS["vllm_mla"].__wrapped__ is backend.vllm_mla_attention_forward
+
+
+def test_layers_keeping_state_are_read_as_transformers_caches_them():
+    from transformers import InklingConfig, LlavaConfig, Lfm2VlConfig, MiniMaxM3VLConfig, Qwen3_5Config
+
+    qwen = Qwen3_5Config()
+    assert layers_with_carried_state(qwen) == [(i, "linear_attention") for i, t in enumerate(qwen.text_config.layer_types)
+                                               if t == "linear_attention"] != []
+    lfm2 = Lfm2VlConfig(text_config={"num_hidden_layers": 3, "layer_types": ["conv", "full_attention", "conv"]})
+    assert layers_with_carried_state(lfm2) == [(0, "conv"), (2, "conv")]
+    inkling = InklingConfig()
+    assert [kind for _, kind in layers_with_carried_state(inkling)] == inkling.text_config.layer_types
+    assert {"hybrid", "hybrid_sliding"} <= set(inkling.text_config.layer_types)
+    assert layers_with_carried_state(LlavaConfig()) == [] and layers_with_carried_state(MiniMaxM3VLConfig()) == []
+
+
+REFUSE = """
+import os, subprocess, sys
+from pathlib import Path
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+kind, out = sys.argv[1], Path(sys.argv[2])
+if kind == "minimax_sparse":
+    subprocess.run([sys.executable, sys.argv[3], str(out)], check=True)
+else:
+    from hf_bridge.zoo.shrink import build_sweep_model
+    build_sweep_model(kind, out, 0)
+from hf_bridge.validate.engine import make_llm
+make_llm(out).generate("Tell me about the weather today, and tomorrow.")
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("kind", "message"), [
+    ("minimax_sparse",
+     "ValueError: MiniMaxM3VLAttention passes `block_indices` to its attention function, a term of the attention scores "
+     "(a position bias, the key blocks a sparse indexer chose) that vLLM's paged attention does not apply: served by the "
+     "Transformers backend, this model would not attend as it was trained to, and answer wrongly. " + NATIVE),
+    ("qwen3_5",
+     "ValueError: 1 decoder layer(s) of this qwen3_5 model keep a convolution or recurrent state from one step to the next "
+     "(layers 0 (linear_attention)), which transformers caches beside the keys and values and vLLM's paged KV cache cannot "
+     "hold: served by the Transformers backend, each step would see only its own tokens. " + NATIVE),
+])
+def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, tmp_path):
+    """MiniMax-M3's sparse layers (their indexer's block choice, passed as `block_indices`):
+    before, the engine started, and the first decode step died inside the indexer
+    ("RuntimeError: index 11 is out of bounds", measured in eager mode: vLLM keeps no
+    indexer cache), with the block choice dropped on the steps before. Qwen3.5's
+    linear-attention layers: vLLM's own error said only that they do not dispatch through
+    the attention interface. Layers that keep state are refused as the model is built;
+    attention terms on the first forward: vLLM's start-up pass on a GPU, here (the CPU's
+    eager mode skips that pass) the first request."""
+    done = subprocess.run([sys.executable, "-c", REFUSE, kind, str(tmp_path / kind), str(MINIMAX_SPARSE)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr[-3000:]
