@@ -22,6 +22,7 @@ transformers' own reading of the config. No vLLM import here.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,7 +53,8 @@ def refuse_unapplied_terms(attention: Callable, describe: Callable[[torch.nn.Mod
     """`attention`, raising `ValueError(describe(module, terms))` on a call that carries terms it would drop."""
     if getattr(attention, CHECKED_ATTR, False):
         return attention
-    known = known_keywords()
+    named = inspect.signature(attention).parameters  # a mask may come by keyword (Cohere-Compass)
+    known = known_keywords() | {n for n, p in named.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
 
     @functools.wraps(attention)
     def checked(module, *args, **kwargs):

@@ -42,10 +42,13 @@ def test_the_check_calls_the_attention_function_unchanged_or_refuses():
     assert refuse_unapplied_terms(checked, errors.attention_terms_not_applied) is checked, "wrapped once"
     query = torch.ones(1, 2, 3, 4)
     assert checked(torch.nn.Identity(), query, query, query, None, scaling=0.5)[0] is query and calls == [{"scaling": 0.5}]
+    # the function's own parameters, by keyword (Cohere-Compass hands its mask so)
+    assert checked(torch.nn.Identity(), query, query, query, mask=query)[0] is query and len(calls) == 2
+    calls.clear()
     with pytest.raises(ValueError) as raised:
         checked(torch.nn.Identity(), query, query, query, None, position_bias=torch.zeros(1))
     assert str(raised.value) == errors.attention_terms_not_applied(torch.nn.Identity(), ["position_bias"])
-    assert str(raised.value).startswith("Identity passes `position_bias` to its attention function") and len(calls) == 1
+    assert str(raised.value).startswith("Identity passes `position_bias` to its attention function") and calls == []
 
 
 def test_vllms_attention_functions_are_wrapped_not_replaced():

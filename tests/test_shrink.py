@@ -17,6 +17,21 @@ def test_derived_text_fields_follow_the_shrink():
     assert config.n_routed_experts % config.n_group == 0
 
 
+def test_the_weights_are_built_to_the_config_as_it_reloads():
+    """Step-3.7's vision config derives `intermediate_size` from `mlp_ratio` on load: built
+    to the shrunk 64, its checkpoint reloaded as 186 and did not load (in transformers, and
+    so in every engine). The shrunk config is the one a save and load give back."""
+    from hf_bridge.zoo.build import build_tokenizer
+
+    spec = shrink.generic_spec("step3p7")
+    tokenizer = build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
+    config = spec.make_config(tokenizer)
+    assert config.vision_config.intermediate_size == int(config.vision_config.hidden_size * config.vision_config.mlp_ratio)
+    assert shrink.as_reloaded(config).to_dict() == config.to_dict()
+    text = config.get_text_config()
+    assert text.layer_types[0] == "sliding_attention" and text.sliding_window == shrink.STEP3P7_WINDOW
+
+
 def test_heterogeneous_per_layer_sizes_follow_the_shrink():
     """Gemma 4's full-attention layers have twice the sliding layers' head_dim, as per-layer
     values (transformers' `per_layer_config`): the shrunk layer of each type keeps that

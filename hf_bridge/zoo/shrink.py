@@ -138,7 +138,22 @@ def _llama4(config, tokenizer) -> None:
     vision.projector_input_dim = vision.projector_output_dim = vision.vision_output_dim = LLAMA4_PROJECTOR_WIDTH
 
 
+STEP3P7_WINDOW = 8
+"""Tokens in the sliding window of the shrunk Step-3.7's sliding layer: shorter than the
+sweep's prompts, so the window is exercised."""
+
+
+def _step3p7(config, tokenizer) -> None:
+    """Its default config names no sliding window and no sliding layer, though its text
+    model always builds a sliding-window mask (transformers raises without a window);
+    Step-3.7's checkpoints interleave sliding and full attention."""
+    text = config.get_text_config()
+    text.sliding_window = STEP3P7_WINDOW
+    text.layer_types = ["sliding_attention", *text.layer_types[1:]]
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
+    "step3p7": Override(configure=_step3p7),
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass),
     # its model scatters image features at `<|patch|>` (real checkpoints' `image_token_index`);
@@ -428,9 +443,16 @@ def make_config(model_type: str):
         point_token_fields(config, processor, tokenizer)
         for name, token in (override.config_tokens if override is not None else {}).items():
             setattr(config, name, tokenizer.convert_tokens_to_ids(token))
-        return config
+        return as_reloaded(config)
 
     return make
+
+
+def as_reloaded(config: Any) -> Any:
+    """`config` as it reads back from its saved form, so the weights are built to the sizes
+    a load gives: a config may derive a size on load from fields the shrink left alone
+    (Step-3.7's vision `intermediate_size`, recomputed from `mlp_ratio`)."""
+    return type(config).from_dict(config.to_dict())
 
 
 def make_processor(model_type: str):
