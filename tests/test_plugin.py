@@ -89,13 +89,21 @@ def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo, gene
 
 
 def test_vllm_attention_function_is_vllm_own():
-    """hf_bridge reuses the "vllm" attention implementation; it never replaces it."""
+    """hf_bridge reuses the "vllm" attention implementation; it never replaces it. Importing
+    hf_bridge registers nothing (checked in a fresh interpreter: an engine built earlier in
+    this one has wrapped it); hf_bridge's model wraps it with its check that no attention
+    term is dropped (`attention_terms.py`), which calls vLLM's own function."""
+    import inspect
+
     import vllm.model_executor.models.transformers as in_tree
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from hf_bridge import model  # noqa: F401  (importing hf_bridge must not re-register)
-
-    assert ALL_ATTENTION_FUNCTIONS["vllm"] is in_tree.vllm_attention_forward
+    code = ("import vllm.model_executor.models.transformers as in_tree; from hf_bridge import model; "
+            "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as f; "
+            "assert f['vllm'] is in_tree.vllm_attention_forward and f['vllm_mla'] is in_tree.vllm_mla_attention_forward")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert inspect.unwrap(ALL_ATTENTION_FUNCTIONS["vllm"]) is in_tree.vllm_attention_forward
 
 
 def test_unsupported_versions_fail_with_a_clear_message(monkeypatch):

@@ -153,7 +153,6 @@ def _step3p7(config, tokenizer) -> None:
 
 
 RECIPE_OVERRIDES: dict[str, Override] = {
-    "step3p7": Override(configure=_step3p7),
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass),
     # its model scatters image features at `<|patch|>` (real checkpoints' `image_token_index`);
@@ -182,6 +181,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     # its processor takes the tokenizer's `audio_token` over its own default, which its chat
     # template writes (`<|AUDIO|>`, as real checkpoints' tokenizers leave it)
     "qwen2_audio": Override(tokenizer_attributes={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}),
+    "step3p7": Override(configure=_step3p7),
 }
 
 
