@@ -22,7 +22,11 @@ cannot start it) and Llama 4 (a text model that is a whole `Llama4ForCausalLM`, 
 included; a router that is an `nn.Linear` with a top-k forward of its own and experts that
 take tokens already routed, both kept as transformers wrote them; a projector applied
 outside `get_image_features`; bfloat16 pixels from its processor; the in-tree backend
-cannot start it). Each is built from transformers' default config and processor classes alone.
+cannot start it) and Step-3.7 (a vision config that derives a size on load, which the
+shrinker builds to; experts stored as `moe.gate_proj`/`moe.up_proj`, which transformers
+concatenates, and kept for their clamped gate; a sliding-window layer; the in-tree
+backend cannot start it). Each is built from transformers' default config and processor
+classes alone (Step-3.7's recipe adds the sliding window its default config lacks).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -56,6 +60,7 @@ CASES = {
     "qwen3_asr": ["audio"],
     "qwen2_audio": ["audio", "text_only"],
     "llama4": ["two_images", "text_only"],
+    "step3p7": ["text_only"],
 }
 TYPES = [*CASES, "cosmos3_edge"]
 """Cosmos3-Edge's refusal runs in its own test."""
