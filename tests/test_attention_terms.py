@@ -76,18 +76,22 @@ def test_layers_keeping_state_are_read_as_transformers_caches_them():
 
 
 REFUSE = """
-import os, subprocess, sys
-from pathlib import Path
+import os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-kind, out = sys.argv[1], Path(sys.argv[2])
-if kind == "minimax_sparse":
-    subprocess.run([sys.executable, sys.argv[3], str(out)], check=True)
-else:
-    from hf_bridge.zoo.shrink import build_sweep_model
-    build_sweep_model(kind, out, 0)
 from hf_bridge.validate.engine import make_llm
-make_llm(out).generate("Tell me about the weather today, and tomorrow.")
+make_llm(sys.argv[1]).generate("Tell me about the weather today, and tomorrow.")
 """
+
+
+@pytest.fixture
+def checkpoint(kind, generic, tmp_path):
+    """The sweep's generic checkpoint of `kind`, or MiniMax-M3 with a sparse layer (its helper)."""
+    if kind != "minimax_sparse":
+        return generic(kind)
+    out = tmp_path / kind
+    done = subprocess.run([sys.executable, str(MINIMAX_SPARSE), str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
 
 
 @pytest.mark.engine
@@ -101,7 +105,7 @@ make_llm(out).generate("Tell me about the weather today, and tomorrow.")
      "(layers 0 (linear_attention)), which transformers caches beside the keys and values and vLLM's paged KV cache cannot "
      "hold: served by the Transformers backend, each step would see only its own tokens. " + NATIVE),
 ])
-def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, tmp_path):
+def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, checkpoint):
     """MiniMax-M3's sparse layers (their indexer's block choice, passed as `block_indices`):
     before, the engine started, and the first decode step died inside the indexer
     ("RuntimeError: index 11 is out of bounds", measured in eager mode: vLLM keeps no
@@ -110,7 +114,6 @@ def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, tmp_pat
     the attention interface. Layers that keep state are refused as the model is built;
     attention terms on the first forward: vLLM's start-up pass on a GPU, here (the CPU's
     eager mode skips that pass) the first request."""
-    done = subprocess.run([sys.executable, "-c", REFUSE, kind, str(tmp_path / kind), str(MINIMAX_SPARSE)],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "-c", REFUSE, str(checkpoint)], capture_output=True, text=True, timeout=900)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr[-3000:]
