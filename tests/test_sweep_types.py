@@ -25,8 +25,10 @@ outside `get_image_features`; bfloat16 pixels from its processor; the in-tree ba
 cannot start it) and Step-3.7 (a vision config that derives a size on load, which the
 shrinker builds to; experts stored as `moe.gate_proj`/`moe.up_proj`, which transformers
 concatenates, and kept for their clamped gate; a sliding-window layer; the in-tree
-backend cannot start it). Each is built from transformers' default config and processor
-classes alone (Step-3.7's recipe adds the sliding window its default config lacks).
+backend cannot start it) and Kimi-K2.5 (MLA attention through `"vllm_mla"`, its latent KV
+built at the one size vLLM's CPU MLA kernel takes; a vision tower stored as fused `wqkv`,
+which transformers splits and permutes; the in-tree backend cannot load it). Each is built
+from transformers' default config and processor classes alone (Step-3.7's recipe adds the sliding window its default config lacks).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -61,6 +63,7 @@ CASES = {
     "qwen2_audio": ["audio", "text_only"],
     "llama4": ["two_images", "text_only"],
     "step3p7": ["text_only"],
+    "kimi_k25": ["one_image"],
 }
 TYPES = [*CASES, "cosmos3_edge"]
 """Cosmos3-Edge's refusal runs in its own test."""

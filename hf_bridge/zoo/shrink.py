@@ -30,10 +30,11 @@ TEXT_SIZES = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
     head_dim=32, max_position_embeddings=4096, max_window_layers=2,
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
-    n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=32, qk_rope_head_dim=16,
+    n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=512, qk_rope_head_dim=64,
     qk_nope_head_dim=16, v_head_dim=32, n_group=1, topk_group=1,
 )
-"""Text-model geometry: 64 wide, 2 layers, head_dim 32 (a size vLLM's CPU attention has)."""
+"""Text-model geometry: 64 wide, 2 layers, head_dim 32 (a size vLLM's CPU attention has);
+MLA's latent KV is 512 + 64 wide, the one size vLLM's CPU MLA decode kernel compiles."""
 EXPERT_FIELDS = frozenset(
     {"num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
 )
