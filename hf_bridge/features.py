@@ -88,15 +88,22 @@ def features_entry(hf_model: torch.nn.Module, modality: str):
 
 def feature_token_ids(config: Any) -> dict[str, int]:
     """The token the HF model fills with each modality's encoder rows, where its config
-    names one (`image_token_id` / `image_token_index`, likewise video and audio)."""
+    names one (`image_token_id` / `image_token_index`, likewise video and audio): at its
+    top level, else in the modality's own sub-config (Phi-4-multimodal's
+    `vision_config.image_token_id`, `audio_config.audio_token_id`)."""
     found = {}
     for modality in ("image", "video", "audio"):
-        for field in (f"{modality}_token_id", f"{modality}_token_index"):
-            value = getattr(config, field, None)
-            if isinstance(value, int):
+        levels = (config, getattr(config, f"{SUB_CONFIG_PREFIX.get(modality, modality)}_config", None))
+        for level in levels:
+            value = next((v for f in (f"{modality}_token_id", f"{modality}_token_index") if isinstance(v := getattr(level, f, None), int)), None)
+            if value is not None:
                 found[modality] = value
                 break
     return found
+
+
+SUB_CONFIG_PREFIX = {"image": "vision"}
+"""The sub-config a modality's tower is configured in, where not named for the modality."""
 
 
 def encodes_inline(model: Any, config: Any, modality: str) -> bool:
@@ -129,6 +136,14 @@ class _DecoderStandIn(torch.nn.Module):
         raise _EmbedsHandedOver(inputs_embeds)
 
 
+class _FirstLayerStandIn(torch.nn.Module):
+    """Takes a flat model's first decoder layer's place for one forward, handing over the
+    hidden states it was given."""
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        raise _EmbedsHandedOver(hidden_states)
+
+
 def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int) -> torch.Tensor:
     """The rows the HF model's own forward places at `num_embeds` positions of its
     `modality` token (`feature_token_ids`), for a model whose forward encodes items
@@ -138,26 +153,70 @@ def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, An
 
     The decoder is swapped for a stand-in rather than hooked: vLLM's compiled decoder
     classes are called without running module hooks."""
-    decoder = hf_model.get_decoder()
-    name = next((n for n, child in hf_model.named_children() if child is decoder), None)
-    if name is None:
-        raise ValueError(f"{type(hf_model).__name__} has no get_{modality}_features and no decoder child to stop its forward at")
     accepted = accepted_kwargs(hf_model.forward)
     kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
     device = next(hf_model.parameters()).device
     input_ids = torch.full((1, num_embeds), feature_token_ids(hf_model.config)[modality], device=device)
-    setattr(hf_model, name, _DecoderStandIn(decoder))
-    try:
-        hf_model(input_ids=input_ids, **kwargs)
-    except _EmbedsHandedOver as handed:
-        embeds = handed.inputs_embeds
-    else:
-        embeds = None
-    finally:
-        setattr(hf_model, name, decoder)
+    if hf_model.get_decoder() is hf_model:
+        _check_layers_take_embeddings_as_given(hf_model)
+    embeds = _embeds_handed_over(hf_model, input_ids, kwargs)
     if embeds is None:
         raise ValueError(f"{type(hf_model).__name__}'s forward handed its decoder no inputs_embeds: hf_bridge cannot encode its {modality} items")
     return embeds[0]
+
+
+def _embeds_handed_over(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """What the HF model's forward hands on from its embedding step: to its decoder child,
+    or, in a flat model that is its own decoder (Phi-4-multimodal), to its first decoder
+    layer. The forward is called unbound from vLLM's compile wrapper (`__call__`), which
+    would trace it."""
+    decoder = hf_model.get_decoder()
+    if decoder is hf_model:
+        name, stand_in = _layers_name(hf_model), torch.nn.ModuleList([_FirstLayerStandIn()])
+    else:
+        name = next((n for n, child in hf_model.named_children() if child is decoder), None)
+        if name is None:
+            raise ValueError(f"{type(hf_model).__name__} encodes items inline and has no decoder child to stop its forward at")
+        stand_in = _DecoderStandIn(decoder)
+    kept = getattr(hf_model, name)
+    setattr(hf_model, name, stand_in)
+    try:
+        hf_model.forward(input_ids=input_ids, **kwargs)
+    except _EmbedsHandedOver as handed:
+        return handed.inputs_embeds
+    finally:
+        setattr(hf_model, name, kept)
+    return None
+
+
+def _layers_name(hf_model: torch.nn.Module) -> str:
+    """The flat model's child holding its decoder layers (as many as the config names)."""
+    count = hf_model.config.get_text_config().num_hidden_layers
+    for name, child in hf_model.named_children():
+        if isinstance(child, torch.nn.ModuleList) and len(child) == count:
+            return name
+    raise ValueError(f"{type(hf_model).__name__} encodes items inline and has no list of {count} decoder layers to stop its forward at")
+
+
+_CHECKED_FLAT: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+def _check_layers_take_embeddings_as_given(hf_model: torch.nn.Module) -> None:
+    """A flat model's first layer must receive the embeddings unchanged for a prompt with
+    no media (no scaling in between, as vLLM hands the forward the rows `encode` returns
+    as its `inputs_embeds`); checked once per model on one token."""
+    if hf_model in _CHECKED_FLAT:
+        return
+    table = hf_model.get_input_embeddings().weight
+    ids = table.detach().abs().sum(-1).argmax().reshape(1, 1)  # a row no scaling leaves as it is (not padding's zeros)
+    handed = _embeds_handed_over(hf_model, ids, {})
+    if handed is None or not torch.equal(handed, hf_model.get_input_embeddings()(ids)):
+        raise ValueError(
+            f"{type(hf_model).__name__} encodes media inside its forward, and changes the token embeddings before "
+            "its first decoder layer, so hf_bridge cannot take the embeddings that forward builds; serve it with "
+            "vLLM's native implementation (model_impl=\"vllm\") where vLLM has one."
+        )
+    _CHECKED_FLAT.add(hf_model)
 
 
 def _unnamed_pixel_inputs(fn, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -188,7 +188,11 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
             self.config, self.text_config = own, own.get_text_config()
+        towers = [getattr(self.text_config, key) for key in self.text_config.sub_configs if getattr(self.text_config, key, None) is not None]
+        kept = [tower._attn_implementation for tower in towers]
         super()._patch_config()
+        for tower, implementation in zip(towers, kept):  # a flat config's towers (Phi-4-multimodal's) keep theirs
+            tower._attn_implementation = implementation
 
     @cached_property
     def _pre_trained_model_classes(self):

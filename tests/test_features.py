@@ -17,7 +17,7 @@ from transformers import (
     Qwen2AudioModel,
 )
 
-from hf_bridge.features import encode, encodes_inline
+from hf_bridge.features import encode, encodes_inline, feature_token_ids
 
 AUDIO_TOKEN = 150
 HIDDEN = 32
@@ -117,3 +117,64 @@ def test_rows_the_forward_projects_further_are_those_it_places(llama4):
         counted = encode(llama4, "image", tiles, HIDDEN)  # no count given: the entry's rows count them
         told = encode(llama4, "image", tiles, HIDDEN, num_embeds=3 * per_tile)  # the wrapper's call
     assert torch.equal(counted, placed) and torch.equal(told, placed)
+
+
+PHI4_IMAGE_TOKEN, PHI4_AUDIO_TOKEN = 190, 191
+
+
+@pytest.fixture(scope="module")
+def phi4():
+    """Phi-4-multimodal's base model is its own decoder (a flat config), and encodes media
+    inside its embedding step; its tokens are named in its towers' sub-configs."""
+    torch.manual_seed(0)
+    from transformers import Phi4MultimodalConfig, Phi4MultimodalModel
+
+    audio = dict(hidden_size=32, intermediate_size=64, num_blocks=1, num_attention_heads=2, ext_pw_out_channel=32,
+                 depthwise_separable_out_channel=32, nemo_conv_channels=32, audio_token_id=PHI4_AUDIO_TOKEN)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_token_id=PHI4_IMAGE_TOKEN)
+    config = Phi4MultimodalConfig(hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                  num_key_value_heads=1, vocab_size=200, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                  audio_config=audio, vision_config=vision)
+    return Phi4MultimodalModel(config).eval()
+
+
+def test_a_flat_models_inline_rows_are_those_its_first_layer_receives(phi4):
+    features = torch.randn(1, 160, 80)
+    sizes = torch.tensor([20])  # 160 frames at the encoder's 8x time reduction
+    fields = {"audio_input_features": features, "audio_embed_sizes": sizes}
+    ids = torch.tensor([[1, 2, *[PHI4_AUDIO_TOKEN] * 20, 3]])
+    handed = []
+    first = phi4.layers[0]
+    hook = first.register_forward_pre_hook(lambda m, a, k: handed.append(a[0] if a else k["hidden_states"]), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            phi4(input_ids=ids, **fields)
+    finally:
+        hook.remove()
+    with torch.no_grad():
+        rows = encode(phi4, "audio", fields, HIDDEN, num_embeds=20)
+    assert torch.equal(rows, handed[0][0][ids[0] == PHI4_AUDIO_TOKEN])
+    assert phi4.layers[0] is first  # the stand-in is gone again
+
+
+def test_tokens_named_in_a_towers_sub_config():
+    from transformers import Phi4MultimodalConfig, Phi4MultimodalModel
+
+    assert feature_token_ids(Phi4MultimodalConfig()) == {"image": 200010, "audio": 200011}
+    assert encodes_inline(Phi4MultimodalModel, Phi4MultimodalConfig(), "image")
+    assert encodes_inline(Phi4MultimodalModel, Phi4MultimodalConfig(), "audio")
+
+
+def test_a_flat_model_that_changes_its_embeddings_before_its_layers_is_refused():
+    """Granite multiplies its token embeddings inside its forward: rows taken before its
+    first layer are not the `inputs_embeds` vLLM would hand that forward."""
+    from transformers import GraniteConfig, GraniteModel
+
+    config = GraniteConfig(hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=1, vocab_size=200, embedding_multiplier=12.0)
+    config.image_token_id = IMAGE_TOKEN
+    granite = GraniteModel(config).eval()
+    with pytest.raises(ValueError, match=r"changes the token embeddings before its first decoder layer"):
+        encode(granite, "image", {}, HIDDEN, num_embeds=2)
+    granite.embedding_multiplier = 1.0  # embeddings as given: taken
+    assert encode(granite, "image", {}, HIDDEN, num_embeds=2).shape == (2, HIDDEN)

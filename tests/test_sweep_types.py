@@ -27,7 +27,11 @@ shrinker builds to; experts stored as `moe.gate_proj`/`moe.up_proj`, which trans
 concatenates, and kept for their clamped gate; a sliding-window layer; the in-tree
 backend cannot start it) and Kimi-K2.5 (MLA attention through `"vllm_mla"`, its latent KV
 built at the one size vLLM's CPU MLA kernel takes; a vision tower stored as fused `wqkv`,
-which transformers splits and permutes; the in-tree backend cannot load it). Each is built
+which transformers splits and permutes; the in-tree backend cannot load it) and
+Phi-4-multimodal (a flat config whose base model is its own decoder and encodes images
+and audio inside its embedding step, with no `get_<modality>_features`: hf_bridge runs
+that forward up to its first decoder layer; its tokens named in its towers' sub-configs;
+towers kept off vLLM's attention; the in-tree backend serves it as text only). Each is built
 from transformers' default config and processor classes alone (Step-3.7's recipe adds the sliding window its default config lacks).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
@@ -64,14 +68,16 @@ CASES = {
     "llama4": ["two_images", "text_only"],
     "step3p7": ["text_only"],
     "kimi_k25": ["one_image"],
+    "phi4_multimodal": ["two_images", "audio"],
 }
 TYPES = [*CASES, "cosmos3_edge"]
 """Cosmos3-Edge's refusal runs in its own test."""
-SEEDS = {"deepseek_vl": 3}
+SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1}
 """The seed the sweep's own search (`scripts/sweep.py`: the first seed whose every case is
 non-degenerate and well-conditioned) settles on, so the test runs the checkpoint that
 COVERAGE.md reports (DeepSeek-VL's seeds 0 and 1 repeat one token on one image, and
-seed 2 is unfit in another case). Others: seed 0."""
+seed 2 is unfit in another case; Phi-4-multimodal's seed 0 repeats one token on two
+images). Others: seed 0."""
 LIMITS = {"image": 2, "video": 1, "audio": 1}
 GEMMA4_MOE = Path(__file__).parent / "helpers" / "gemma4_moe.py"
 NO_FLOAT64 = {("gemma4", "audio"): "RuntimeError: expected scalar type Float but found Double"}

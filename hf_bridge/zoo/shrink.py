@@ -153,6 +153,15 @@ def _step3p7(config, tokenizer) -> None:
     text.layer_types = ["sliding_attention", *text.layer_types[1:]]
 
 
+def _phi4_multimodal(config, tokenizer) -> None:
+    """Its audio encoder's convolution channels equal its width in Phi-4-multimodal's
+    checkpoint (1024 throughout), which the generic shrink narrows alone; its depth is
+    `num_blocks`, a name the shrink does not know."""
+    audio = config.audio_config
+    audio.ext_pw_out_channel = audio.depthwise_separable_out_channel = audio.nemo_conv_channels = audio.hidden_size
+    audio.num_blocks = VISION_SIZES["num_hidden_layers"]
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass),
@@ -183,6 +192,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     # template writes (`<|AUDIO|>`, as real checkpoints' tokenizers leave it)
     "qwen2_audio": Override(tokenizer_attributes={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}),
     "step3p7": Override(configure=_step3p7),
+    "phi4_multimodal": Override(configure=_phi4_multimodal),
 }
 
 
@@ -522,6 +532,8 @@ def _sub_processor_class(model_type: str, attribute: str):
         "image_processor": image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES,
         "video_processor": video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES,
         "feature_extractor": feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
+        # transformers' processors name an audio feature extractor either way (Phi-4-multimodal)
+        "audio_processor": feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
     }
     # a processor shared by several types (Glm4vProcessor for glm4v_moe) may list its
     # sub-processors under its own type only
