@@ -156,6 +156,14 @@ def per_layer_inputs_need_one_pipeline_rank(model_class: str, pipeline_size: int
     )
 
 
+def side_features_by_layer_need_one_pipeline_rank(model_class: str, pipeline_size: int) -> str:
+    return (
+        f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its vision tower feeds decoder "
+        f"layers named in its encoder output, which only the first pipeline rank computes. Use "
+        f"tensor_parallel_size to spread it over devices instead."
+    )
+
+
 def nothing_placeable(failures: Mapping[str, str], processor: Any) -> str:
     reasons = "; ".join(f"{m}: {why}" for m, why in failures.items()) or "it has no image, video or audio processor"
     return (

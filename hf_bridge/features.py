@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .side_features import side_levels, widen
+from .side_features import SideFeatures, side_levels, widen
 
 
 def encode(
@@ -25,11 +25,12 @@ def encode(
     modality: str,
     fields: dict[str, Any],
     hidden_size: int,
-    side_features: bool = False,
+    side_features: SideFeatures | None = None,
     num_embeds: int | None = None,
 ) -> torch.Tensor:
     """One row of width `hidden_size` per embedding position, items in order; with
-    `side_features`, the multi-level features the decoder adds ride along as columns.
+    `side_features`, the multi-level features the decoder adds ride along as columns (and
+    `side_features` keeps the decoder layers the output names for them).
     `num_embeds` (the items' embedding positions in all) is needed only by a model that
     encodes inline (`encode_inline`)."""
     device = next(hf_model.parameters()).device
@@ -45,6 +46,9 @@ def encode(
     features = getattr(output, "pooler_output", None)
     if features is None:  # a tower with no pooling (Fuyu's patch projection)
         features = getattr(output, "last_hidden_state", output)
+    levels = side_levels(output)
+    if features is None and levels:  # side features only: the HF model zeroes these tokens' embeddings (Granite 4 Vision)
+        features = levels[0].new_zeros(levels[0].shape[0], hidden_size)
     if isinstance(features, torch.Tensor):
         features = [features]
     if features[0].shape[-1] != hidden_size and modality in feature_token_ids(hf_model.config):
@@ -52,7 +56,10 @@ def encode(
         return _inline(hf_model, modality, fields, num_embeds or sum(f.numel() // f.shape[-1] for f in features), side_features)
     rows = [f.reshape(-1, hidden_size) for f in features]
     rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # one tensor: no copy
-    return widen(rows, side_levels(output)) if side_features else rows
+    if side_features is None:
+        return rows
+    side_features.remember(output)
+    return widen(rows, levels)
 
 
 _PROJECTED_BY_FORWARD: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
@@ -61,10 +68,10 @@ decoder's, which its forward projects before placing them (Llama 4 applies its p
 outside `get_image_features`): encoded inline, through that forward, once seen."""
 
 
-def _inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int | None, side_features: bool) -> torch.Tensor:
+def _inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int | None, side_features: SideFeatures | None) -> torch.Tensor:
     if num_embeds is None:
         raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline: their embedding count (num_embeds) is needed")
-    if side_features:
+    if side_features is not None:
         raise ValueError(f"{type(hf_model).__name__} encodes {modality} items inline, which hands back no side features")
     return encode_inline(hf_model, modality, fields, num_embeds)
 
@@ -168,8 +175,8 @@ def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, An
 def _embeds_handed_over(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
     """What the HF model's forward hands on from its embedding step: to its decoder child,
     or, in a flat model that is its own decoder (Phi-4-multimodal), to its first decoder
-    layer. The forward is called unbound from vLLM's compile wrapper (`__call__`), which
-    would trace it."""
+    layer. `forward` is called, not the module: vLLM's compile decorator replaces the
+    decoder class's `__call__` (a flat model's own), and would trace this call."""
     decoder = hf_model.get_decoder()
     if decoder is hf_model:
         name, stand_in = _layers_name(hf_model), torch.nn.ModuleList([_FirstLayerStandIn()])

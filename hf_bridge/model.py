@@ -57,7 +57,7 @@ from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
-from .side_features import SideFeatures, configured_levels, decoder_takes_side_features
+from .side_features import SideFeatures, configured_levels, decoder_convention, decoder_takes_side_features
 from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
@@ -112,6 +112,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         """Side features (`side_features.py`); under pipeline parallelism they travel to the
         later ranks in the intermediate tensors, and each rank adds its own layers' levels."""
         owned = None
+        convention = decoder_convention(text_model)
+        if convention.by_layer and self.pp_group.world_size > 1:
+            raise ValueError(errors.side_features_by_layer_need_one_pipeline_rank(type(self.model).__name__, self.pp_group.world_size))
         self.side_levels = configured_levels(self.config)
         if self.pp_group.world_size > 1:
             owned = range(*get_pp_indices(self.text_config.num_hidden_layers, self.pp_group.rank_in_group, self.pp_group.world_size))
@@ -124,7 +127,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
                 return tensors
 
             self.make_empty_intermediate_tensors = make_empty_intermediate_tensors
-        self.side_features = SideFeatures(self.text_config.hidden_size, owned)
+        self.side_features = SideFeatures(self.text_config.hidden_size, owned, convention)
         self.side_features.install(text_model)
 
     def _install_per_layer_token_inputs(self, text_model: torch.nn.Module, max_tokens: int) -> None:
@@ -188,10 +191,13 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
             self.config, self.text_config = own, own.get_text_config()
-        towers = [getattr(self.text_config, key) for key in self.text_config.sub_configs if getattr(self.text_config, key, None) is not None]
+        flat = self.text_config is self.config
+        towers = [getattr(self.config, key) for key in self.config.sub_configs if flat and getattr(self.config, key, None) is not None]
         kept = [tower._attn_implementation for tower in towers]
         super()._patch_config()
-        for tower, implementation in zip(towers, kept):  # a flat config's towers (Phi-4-multimodal's) keep theirs
+        # vLLM sets "vllm" on the text config, which transformers passes down to its sub-configs:
+        # a flat config's towers (Phi-4-multimodal's) keep theirs, as a nested config's do
+        for tower, implementation in zip(towers, kept):
             tower._attn_implementation = implementation
 
     @cached_property
@@ -316,7 +322,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def _encode(self, modality: str, fields: dict[str, Any], num_embeds: int | None = None) -> torch.Tensor:
         """The HF model's own `get_<modality>_features`, or the rows its forward places where
         it has none (`num_embeds` of them), one row per embedding (`features.py`)."""
-        return features.encode(self.model, modality, fields, self.text_config.hidden_size, self.side_features is not None, num_embeds)
+        return features.encode(self.model, modality, fields, self.text_config.hidden_size, self.side_features, num_embeds)
 
     def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
         if self.per_layer_token_inputs is not None:

@@ -3,9 +3,12 @@
 Qwen3-VL's vision tower returns, besides its output embeddings, features from
 intermediate layers (`deepstack_features` on the encoder output); the HF model adds
 level `i` to the hidden states of decoder layer `i` at the visual positions, through
-the text model's `visual_pos_masks` / `deepstack_visual_embeds` arguments. These names
-are a transformers convention shared by the models that do this, so hf_bridge keys on
-them, not on an architecture.
+the text model's `visual_pos_masks` / `deepstack_visual_embeds` arguments. Granite 4
+Vision's returns only such levels, each named with the decoder layer it goes to
+(`(layer, features)` pairs); its HF model zeroes the image tokens' input embeddings and
+adds each level before its layer, through `vision_mask` / `deepstack_features` (a dict
+by layer). These names are transformers conventions shared by the models that do this
+(`DECODER_CONVENTIONS`), so hf_bridge keys on them, not on an architecture.
 
 vLLM moves one embedding row per placeholder token from the encoder to the decoder. So
 each item's side features travel as extra columns of its embedding rows (`widen`), are
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -29,8 +33,28 @@ logger = logging.getLogger(LOGGER_NAME)
 
 ENCODER_FIELD = "deepstack_features"
 """The encoder output field holding per-level side features (a list over levels)."""
-DECODER_MASK_ARG = "visual_pos_masks"
-DECODER_FEATURES_ARG = "deepstack_visual_embeds"
+
+
+@dataclass(frozen=True)
+class DecoderConvention:
+    """How a text model's forward takes side features."""
+
+    mask_arg: str
+    features_arg: str
+    by_layer: bool
+    """Features as a dict by decoder layer, layers named by the encoder output; else a
+    list, level `i` added at layer `i`."""
+
+
+DECODER_CONVENTIONS = (
+    DecoderConvention("visual_pos_masks", "deepstack_visual_embeds", by_layer=False),  # Qwen3-VL
+    DecoderConvention("vision_mask", "deepstack_features", by_layer=True),  # Granite 4 Vision
+)
+DECODER_MASK_ARG, DECODER_FEATURES_ARG = DECODER_CONVENTIONS[0].mask_arg, DECODER_CONVENTIONS[0].features_arg
+
+
+def _is_layer_pair(level) -> bool:
+    return isinstance(level, tuple) and len(level) == 2 and isinstance(level[0], int)
 
 
 def side_levels(output) -> list[torch.Tensor]:
@@ -38,7 +62,15 @@ def side_levels(output) -> list[torch.Tensor]:
     levels = getattr(output, ENCODER_FIELD, None)
     if not levels:
         return []
+    levels = [level[1] if _is_layer_pair(level) else level for level in levels]
     return [torch.cat(list(level)) if isinstance(level, (list, tuple)) else level for level in levels]
+
+
+def level_layers(output) -> list[int] | None:
+    """The decoder layer each level goes to, where the encoder output names them (Granite
+    4 Vision's `(layer, features)` pairs); None where level `i` goes to layer `i`."""
+    levels = getattr(output, ENCODER_FIELD, None)
+    return [level[0] for level in levels] if levels and all(_is_layer_pair(level) for level in levels) else None
 
 
 def widen(rows: torch.Tensor, levels: list[torch.Tensor]) -> torch.Tensor:
@@ -46,9 +78,13 @@ def widen(rows: torch.Tensor, levels: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([rows, *(level.reshape(rows.shape[0], -1) for level in levels)], dim=-1) if levels else rows
 
 
-def decoder_takes_side_features(language_model: torch.nn.Module) -> bool:
+def decoder_convention(language_model: torch.nn.Module) -> DecoderConvention | None:
     params = inspect.signature(language_model.forward).parameters
-    return DECODER_MASK_ARG in params and DECODER_FEATURES_ARG in params
+    return next((c for c in DECODER_CONVENTIONS if c.mask_arg in params and c.features_arg in params), None)
+
+
+def decoder_takes_side_features(language_model: torch.nn.Module) -> bool:
+    return decoder_convention(language_model) is not None
 
 
 INTERMEDIATE_KEY = "hf_bridge_side_features"
@@ -56,9 +92,10 @@ INTERMEDIATE_KEY = "hf_bridge_side_features"
 
 
 def _deepstack_settings(config) -> list:
-    """The vision config's `deepstack_*` settings, transformers' name for side features."""
+    """The `deepstack_*` settings of the vision config (Qwen3-VL) or of the model's
+    (Granite 4 Vision's `deepstack_layer_map`), transformers' name for side features."""
     vision = getattr(config, "vision_config", None)
-    return [value for name, value in vars(vision or object()).items() if "deepstack" in name]
+    return [value for level in (vision, config) for name, value in vars(level or object()).items() if "deepstack" in name]
 
 
 def has_side_features(config) -> bool:
@@ -83,10 +120,17 @@ class SideFeatures:
     add a level after a layer that is missing on this rank (vLLM's `PPMissingLayer`).
     """
 
-    def __init__(self, hidden_size: int, owned_levels: range | None = None):
+    def __init__(self, hidden_size: int, owned_levels: range | None = None, convention: DecoderConvention = DECODER_CONVENTIONS[0]):
         self.hidden_size = hidden_size
         self.owned_levels = owned_levels
+        self.convention = convention
+        self.level_layers: list[int] | None = None
+        """The decoder layer of each level, where the encoder output names them (`remember`)."""
         self._pending: torch.Tensor | None = None
+
+    def remember(self, output) -> None:
+        """Keep the decoder layers an encoder output names for its levels (fixed per model)."""
+        self.level_layers = level_layers(output) or self.level_layers
 
     def send(self, num_tokens: int, levels: int, like: torch.Tensor) -> torch.Tensor:
         """This step's features for the next rank (zeros where there are none)."""
@@ -118,10 +162,16 @@ class SideFeatures:
         if buffer.shape[0] < num_tokens:  # a runner may pad the step; padding gets zeros
             buffer = torch.cat([buffer, buffer.new_zeros(num_tokens - buffer.shape[0], buffer.shape[1])])
         levels = list(buffer[:num_tokens].split(self.hidden_size, dim=-1))
+        if self.convention.by_layer:
+            if self.level_layers is None or len(self.level_layers) != len(levels):
+                raise RuntimeError(f"hf_bridge has {len(levels)} side-feature levels but no decoder layer named for each: {self.level_layers}")
+            # a dict, as the HF model builds it: a later level for the same layer replaces an earlier one
+            mask = torch.ones(1, num_tokens, 1, dtype=torch.bool, device=buffer.device)
+            return {self.convention.mask_arg: mask, self.convention.features_arg: dict(zip(self.level_layers, levels))}
         if self.owned_levels is not None:  # another rank adds the others (see the class)
             levels = [level if i in self.owned_levels else torch.zeros_like(level) for i, level in enumerate(levels)]
         mask = torch.ones(1, num_tokens, dtype=torch.bool, device=buffer.device)
-        return {DECODER_MASK_ARG: mask, DECODER_FEATURES_ARG: levels}
+        return {self.convention.mask_arg: mask, self.convention.features_arg: levels}
 
     def install(self, language_model: torch.nn.Module) -> None:
         """Hand the features to the text model on its next call (the HF model passes None)."""

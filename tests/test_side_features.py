@@ -1,8 +1,10 @@
-"""Side features (Qwen3-VL's deepstack) travel with embedding rows and reach the decoder
-at full length, zeros at text positions (`hf_bridge.side_features`)."""
+"""Side features (Qwen3-VL's deepstack, Granite 4 Vision's levels by decoder layer) travel
+with embedding rows and reach the decoder at full length, zeros at text positions
+(`hf_bridge.side_features`)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hf_bridge.side_features import (
@@ -90,3 +92,48 @@ def test_side_features_are_read_from_transformers_deepstack_settings():
     assert has_side_features(qwen3)
     assert configured_levels(qwen3) == len(qwen3.vision_config.deepstack_visual_indexes) > 0
     assert not has_side_features(Qwen2VLConfig()) and configured_levels(Qwen2VLConfig()) == 0
+
+
+def test_levels_named_by_decoder_layer_reach_it_in_a_dict():
+    """Granite 4 Vision's encoder output pairs each level with its decoder layer; its text
+    model takes them as a dict by layer, with a `[1, tokens, 1]` mask. Two levels for one
+    layer: the later one is kept, as the HF model's dict keeps it."""
+    from types import SimpleNamespace
+
+    from hf_bridge.side_features import DECODER_CONVENTIONS, level_layers, side_levels
+
+    by_layer = next(c for c in DECODER_CONVENTIONS if c.by_layer)
+    per_image = [[torch.randn(2, H), torch.randn(1, H)] for _ in range(3)]
+    output = SimpleNamespace(deepstack_features=[(0, per_image[0]), (4, per_image[1]), (0, per_image[2])])
+    assert level_layers(output) == [0, 4, 0]
+    levels = side_levels(output)
+    assert [tuple(level.shape) for level in levels] == [(3, H)] * 3
+
+    side = SideFeatures(H, convention=by_layer)
+    side.remember(output)
+    is_mm = torch.tensor([1, 0, 1, 1], dtype=torch.bool)
+    side.split([widen(torch.zeros(3, H), levels)], is_mm, num_tokens=4)
+    kwargs = side.decoder_kwargs(4)
+    mask, features = kwargs[by_layer.mask_arg], kwargs[by_layer.features_arg]
+    assert mask.shape == (1, 4, 1) and bool(mask.all())
+    assert sorted(features) == [0, 4]
+    assert torch.equal(features[0][is_mm], levels[2]) and torch.equal(features[4][is_mm], levels[1])
+    assert not features[0][~is_mm].any()
+    assert level_layers(SimpleNamespace(deepstack_features=[torch.randn(2, H)])) is None  # Qwen3-VL: level i, layer i
+
+
+def test_levels_without_their_layers_are_refused():
+    from hf_bridge.side_features import DECODER_CONVENTIONS
+
+    side = SideFeatures(H, convention=next(c for c in DECODER_CONVENTIONS if c.by_layer))
+    side.split([torch.randn(1, 2 * H)], torch.tensor([True]), 1)
+    with pytest.raises(RuntimeError, match="no decoder layer named for each"):
+        side.decoder_kwargs(1)
+
+
+def test_a_model_level_deepstack_map_is_a_side_feature_setting():
+    """Granite 4 Vision names its map on the model's config, not the vision config's."""
+    from transformers import Granite4VisionConfig
+
+    assert has_side_features(Granite4VisionConfig(deepstack_layer_map=[[-1, 0]], downsample_rate="1/2"))
+    assert not has_side_features(Granite4VisionConfig(downsample_rate="1/2"))

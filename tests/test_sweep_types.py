@@ -31,8 +31,13 @@ which transformers splits and permutes; the in-tree backend cannot load it) and
 Phi-4-multimodal (a flat config whose base model is its own decoder and encodes images
 and audio inside its embedding step, with no `get_<modality>_features`: hf_bridge runs
 that forward up to its first decoder layer; its tokens named in its towers' sub-configs;
-towers kept off vLLM's attention; the in-tree backend serves it as text only). Each is built
-from transformers' default config and processor classes alone (Step-3.7's recipe adds the sliding window its default config lacks).
+towers kept off vLLM's attention; the in-tree backend serves it as text only) and Granite 4
+Vision (an encoder output of side features only, each paired with the decoder layer it
+goes to, taken as a dict by layer; its recipe adds the deepstack map its default config
+lacks; the in-tree backend cannot run its image). Each is built
+from transformers' default config and processor classes alone (the recipes of Step-3.7,
+Phi-4-multimodal and Granite 4 Vision add what their default configs lack, as their
+checkpoints have it).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -69,6 +74,7 @@ CASES = {
     "step3p7": ["text_only"],
     "kimi_k25": ["one_image"],
     "phi4_multimodal": ["two_images", "audio"],
+    "granite4_vision": ["two_images"],
 }
 TYPES = [*CASES, "cosmos3_edge"]
 """Cosmos3-Edge's refusal runs in its own test."""
