@@ -1,7 +1,8 @@
 """hf_bridge's experts on vLLM's fused-MoE layer, for every head (generation, pooling).
 
 `HFBridgeMoEMixin` is vLLM's `MoEMixin` with what HF MoE checkpoints need beyond it: an
-experts-per-token count kept under another name, experts stored transposed, and experts
+experts-per-token count kept under another name, a router's renormalization measured
+where the config does not name it (`routing.py`), experts stored transposed, and experts
 that cannot take vLLM's routing, or compute another gated MLP than its fused layer,
 kept as transformers wrote them.
 """
@@ -14,6 +15,7 @@ from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigC
 
 from . import LOGGER_NAME, errors
 from .kept_modules import experts_with_another_gated_mlp, experts_without_routing, kept_out
+from .routing import name_renormalization
 
 logger = init_logger(LOGGER_NAME)
 
@@ -44,6 +46,10 @@ class HFBridgeMoEMixin(MoEMixin):
             logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
                         "fused-MoE layer computes", type(otherwise_gated[0][2]).__name__)
             kept += otherwise_gated
+        renormalized = name_renormalization(self.model, self.text_config)
+        if renormalized is not None:
+            logger.info("hf_bridge measured %s's router: its top-k weights are %srenormalized (norm_topk_prob=%s, "
+                        "which the config does not name)", type(self.model).__name__, "" if renormalized else "not ", renormalized)
         # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
         self.transposed_experts = frozenset(
             f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)

@@ -149,3 +149,14 @@ def test_a_dynamic_resolution_processor_gives_the_tower_no_side():
     assert shrink._output_height(image_processor) is None
     clip = shrink._sub_processor_class("llava", "image_processor")(crop_size={"height": 56, "width": 56}, do_center_crop=True)
     assert shrink._output_height(clip) == 56
+
+
+def test_towers_configured_in_sub_configs_of_a_sub_config_are_shrunk():
+    """DeepSeek-OCR-2's vision config holds a SAM tower and a 4096-wide encoder of its own;
+    left whole, its tiny checkpoint did not fit in memory (`build failed (exit -9)`)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("deepseek_ocr2")
+    towers = shrink.tower_configs(config, config.get_text_config())
+    assert [type(t).__name__ for t in towers] == ["DeepseekOcr2VisionConfig", "DeepseekOcr2SamVisionConfig", "DeepseekOcr2VisionEncoderConfig"]
+    assert config.text_config not in towers

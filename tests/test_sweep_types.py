@@ -34,10 +34,13 @@ that forward up to its first decoder layer; its tokens named in its towers' sub-
 towers kept off vLLM's attention; the in-tree backend serves it as text only) and Granite 4
 Vision (an encoder output of side features only, each paired with the decoder layer it
 goes to, taken as a dict by layer; its recipe adds the deepstack map its default config
-lacks; the in-tree backend cannot run its image). Each is built
+lacks; the in-tree backend cannot run its image) and DeepSeek-OCR-2 (towers configured in
+sub-configs of its vision config; a router that keeps its softmax scores, in a config
+that does not say so, which vLLM's fused-MoE layer renormalized: `routing.py`; the
+in-tree backend cannot start it). Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
-Phi-4-multimodal and Granite 4 Vision add what their default configs lack, as their
-checkpoints have it).
+Phi-4-multimodal, Granite 4 Vision and DeepSeek-OCR-2 add what their default configs
+lack, as their checkpoints have it).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -75,6 +78,7 @@ CASES = {
     "kimi_k25": ["one_image"],
     "phi4_multimodal": ["two_images", "audio"],
     "granite4_vision": ["two_images"],
+    "deepseek_ocr2": ["two_images"],
 }
 TYPES = [*CASES, "cosmos3_edge"]
 """Cosmos3-Edge's refusal runs in its own test."""

@@ -165,6 +165,19 @@ def _phi4_multimodal(config, tokenizer) -> None:
     audio.num_blocks = VISION_SIZES["num_hidden_layers"]
 
 
+def _deepseek_ocr2(config, tokenizer) -> None:
+    """Its SAM tower's last downsampling convolution feeds its encoder (896 wide in
+    DeepSeek-OCR-2's checkpoint, as that encoder is); the shrunk tower's global-attention
+    layer must be one it has; its default config names no experts-per-token count and no
+    layer kinds (its checkpoint's first layer is dense, the rest mixture-of-experts)."""
+    sam, encoder = config.vision_config.sam_config, config.vision_config.encoder_config
+    sam.downsample_channels = [2 * encoder.hidden_size, encoder.hidden_size]
+    sam.global_attn_indexes = [sam.num_hidden_layers - 1]
+    text = config.text_config
+    text.num_experts_per_tok = TEXT_SIZES["num_experts_per_tok"]
+    text.mlp_layer_types = ["dense", *["sparse"] * (text.num_hidden_layers - 1)]
+
+
 GRANITE4_VISION_DOWNSAMPLE = "1/2"
 """Queries over window side of its Q-Former projectors: 2x2 patches to one, as its four
 spatial-offset projectors take them."""
@@ -218,6 +231,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "qwen2_audio": Override(tokenizer_attributes={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}),
     "step3p7": Override(configure=_step3p7),
     "phi4_multimodal": Override(configure=_phi4_multimodal),
+    "deepseek_ocr2": Override(configure=_deepseek_ocr2),
     "granite4_vision": Override(
         sub_processors={"image_processor": dict(image_grid_pinpoints=GRANITE4_VISION_PINPOINTS)},
         processor=dict(downsample_rate=GRANITE4_VISION_DOWNSAMPLE, vision_feature_select_strategy="full"),
@@ -449,6 +463,16 @@ def sub_configs(config: Any) -> dict[str, Any]:
     return {name: getattr(config, name) for name in getattr(config, "sub_configs", {}) if getattr(config, name, None) is not None}
 
 
+def tower_configs(config: Any, text: Any) -> list[Any]:
+    """Every sub-config but the text model's, nested ones included (DeepSeek-OCR-2's vision
+    config holds a SAM tower and a 4096-wide encoder, which left whole did not fit in memory)."""
+    found = []
+    for sub in sub_configs(config).values():
+        if sub is not text:
+            found += [sub, *tower_configs(sub, text)]
+    return found
+
+
 def make_config(model_type: str):
     def make(tokenizer):
         from transformers import AutoConfig
@@ -458,9 +482,8 @@ def make_config(model_type: str):
         build_absent_towers(config)
         text = config.get_text_config()
         widths = {name: getattr(sub, "hidden_size", None) for name, sub in sub_configs(config).items() if sub is not text}
-        for name, sub in sub_configs(config).items():
-            if sub is not text:
-                shrink(sub, VISION_SIZES)
+        for sub in tower_configs(config, text):
+            shrink(sub, VISION_SIZES)
         follow_tower_widths(config, widths)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
         fits_mrope = _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict)
