@@ -36,6 +36,22 @@ def qwen2_audio():
     return Qwen2AudioForConditionalGeneration(config).eval().model
 
 
+def received(module: torch.nn.Module, take, model: torch.nn.Module, **inputs) -> torch.Tensor:
+    """What `module` is handed (`take(args, kwargs)`) when `model` runs on `inputs`."""
+    handed = []
+    hook = module.register_forward_pre_hook(lambda m, a, k: handed.append(take(a, k)), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        hook.remove()
+    return handed[0]
+
+
+def embeds_kwarg(args, kwargs):
+    return kwargs["inputs_embeds"]
+
+
 def clips(model, lengths: list[int]) -> tuple[dict[str, torch.Tensor], list[int]]:
     """Two clips' features, padded to one length as the feature extractor pads them, and
     each clip's number of audio tokens."""
@@ -50,17 +66,11 @@ def clips(model, lengths: list[int]) -> tuple[dict[str, torch.Tensor], list[int]
 def test_inline_rows_are_those_the_forward_places(qwen2_audio):
     fields, tokens = clips(qwen2_audio, [400, 240])
     ids = torch.tensor([[1, 2, *[AUDIO_TOKEN] * tokens[0], 3, *[AUDIO_TOKEN] * tokens[1], 4]])
-    handed = []
     decoder = qwen2_audio.get_decoder()
-    hook = decoder.register_forward_pre_hook(lambda m, a, k: handed.append(k["inputs_embeds"]), with_kwargs=True)
-    try:
-        with torch.no_grad():
-            qwen2_audio(input_ids=ids, **fields)
-    finally:
-        hook.remove()
+    handed = received(decoder, embeds_kwarg, qwen2_audio, input_ids=ids, **fields)
     with torch.no_grad():
         rows = encode(qwen2_audio, "audio", fields, HIDDEN, num_embeds=sum(tokens))
-    assert torch.equal(rows, handed[0][0][ids[0] == AUDIO_TOKEN])
+    assert torch.equal(rows, handed[0][ids[0] == AUDIO_TOKEN])
     assert qwen2_audio.language_model is decoder  # the stand-in is gone again
 
 
@@ -105,14 +115,7 @@ def test_rows_the_forward_projects_further_are_those_it_places(llama4):
     assert tower.shape[-1] == 48  # the entry's rows: not yet the decoder's width
     per_tile = tower.shape[1]
     ids = torch.tensor([[1, *[IMAGE_TOKEN] * (3 * per_tile), 2]])
-    handed = []
-    hook = llama4.get_decoder().register_forward_pre_hook(lambda m, a, k: handed.append(k["inputs_embeds"]), with_kwargs=True)
-    try:
-        with torch.no_grad():
-            llama4(input_ids=ids, **tiles)
-    finally:
-        hook.remove()
-    placed = handed[0][0][ids[0] == IMAGE_TOKEN]
+    placed = received(llama4.get_decoder(), embeds_kwarg, llama4, input_ids=ids, **tiles)[0][ids[0] == IMAGE_TOKEN]
     with torch.no_grad():
         counted = encode(llama4, "image", tiles, HIDDEN)  # no count given: the entry's rows count them
         told = encode(llama4, "image", tiles, HIDDEN, num_embeds=3 * per_tile)  # the wrapper's call
@@ -143,17 +146,11 @@ def test_a_flat_models_inline_rows_are_those_its_first_layer_receives(phi4):
     sizes = torch.tensor([20])  # 160 frames at the encoder's 8x time reduction
     fields = {"audio_input_features": features, "audio_embed_sizes": sizes}
     ids = torch.tensor([[1, 2, *[PHI4_AUDIO_TOKEN] * 20, 3]])
-    handed = []
     first = phi4.layers[0]
-    hook = first.register_forward_pre_hook(lambda m, a, k: handed.append(a[0] if a else k["hidden_states"]), with_kwargs=True)
-    try:
-        with torch.no_grad():
-            phi4(input_ids=ids, **fields)
-    finally:
-        hook.remove()
+    handed = received(first, lambda a, k: a[0] if a else k["hidden_states"], phi4, input_ids=ids, **fields)
     with torch.no_grad():
         rows = encode(phi4, "audio", fields, HIDDEN, num_embeds=20)
-    assert torch.equal(rows, handed[0][0][ids[0] == PHI4_AUDIO_TOKEN])
+    assert torch.equal(rows, handed[0][ids[0] == PHI4_AUDIO_TOKEN])
     assert phi4.layers[0] is first  # the stand-in is gone again
 
 
