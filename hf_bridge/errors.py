@@ -136,6 +136,16 @@ def modality_not_encodable(modality: str, model_class: str, processor: Any) -> s
     )
 
 
+def modalities_encoded_together(modalities: list[str], model_class: str, processor: Any) -> str:
+    listed = " and ".join(_PLURAL.get(m, m) for m in sorted(modalities, key=list(_PLURAL).index))
+    return (
+        f"This request carries {listed}, which {model_class} encodes inside one forward, where one "
+        f"modality can change how another is encoded (Phi-4-multimodal projects audio otherwise beside "
+        f"an image). hf_bridge encodes each item alone, so such a request would not match transformers. "
+        f"Send the {listed} in separate requests. ({type(processor).__name__})"
+    )
+
+
 def experts_without_top_k(num_experts: int, fields: tuple[str, ...], text_config: Any, vllm_loaded_as: str | None) -> str:
     """vLLM resolved a mixture-of-experts class, but the config the HF model is built from
     says how many experts each token takes under none of the names read. `vllm_loaded_as`:

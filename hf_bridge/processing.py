@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from functools import cached_property
 from typing import Any
 
@@ -179,6 +180,16 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             if features_entry_name(model_class, m) is None and not encodes_inline(model_class, config, m)
         }
 
+    @cached_property
+    def inline_modalities(self) -> list[str]:
+        """The processor's modalities that the HF model encodes inside its own forward
+        (`features.encodes_inline`): one forward, where they may change each other's encoding."""
+        config = self.get_hf_config()
+        model_class = base_model_class(config)
+        if model_class is None:
+            return []
+        return [m for m in super()._get_supported_modalities() if encodes_inline(model_class, config, m)]
+
     def text_only_frame(self) -> frame.PromptFrame:
         """What the processor adds to a prompt without items, which vLLM tokenizes without
         running this processor: `text_only_prompts.py` adds it there. Where the processor
@@ -290,6 +301,10 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return self._counted[key]
 
 
+_PROFILING: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=False)
+"""Set while vLLM builds a dummy request (per thread: its warm-up may run beside requests)."""
+
+
 def _capped(size: ImageSize) -> ImageSize:
     """Sides capped at `MAX_COUNTED_SIDE`: the size search probes a 10,000 px fallback,
     which only a processor that counts arithmetically can afford."""
@@ -315,11 +330,17 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         """Pair placeholders with items, then lay the prompt out as the HF processor would.
 
         vLLM would silently leave a surplus placeholder in the prompt as a plain token;
-        transformers refuses such a prompt, and so does hf_bridge, with the fix. Tokens
+        transformers refuses such a prompt, and so does hf_bridge, with the fix; so is a
+        request with items of several modalities that the model encodes inside one forward
+        (`inline_modalities`), which encoding each item alone cannot reproduce. Tokens
         the processor adds outside the expansions (`frame.py`) are added here, so the
         prompt vLLM runs is the one transformers runs.
         """
         counts = inputs.mm_data_items.get_all_counts()
+        together = [m for m in self.info.inline_modalities if counts.get(m)]
+        if len(together) > 1 and not _PROFILING.get():
+            model_class = base_model_class(self.info.get_hf_config())
+            raise ValueError(errors.modalities_encoded_together(together, model_class.__name__, self.info.get_hf_processor()))
         frames = []
         probes = self.info.probes
         for modality in sorted(set(counts) | set(probes.placeholder_texts)):
@@ -343,6 +364,15 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         if frames:
             inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
         return super().apply(inputs, timing_ctx)
+
+    def get_dummy_mm_inputs(self, *args, **kwargs):
+        """vLLM's dummy request, of every modality at once for its processor warm-up: served
+        whatever its modalities, as it only sizes and warms the processor."""
+        token = _PROFILING.set(True)
+        try:
+            return super().get_dummy_mm_inputs(*args, **kwargs)
+        finally:
+            _PROFILING.reset(token)
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
         hf_data, hf_kwargs, _ = self._get_hf_mm_inputs(mm_items, hf_kwargs)  # embedding items: read below

@@ -123,6 +123,26 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
 
 
+@pytest.mark.engine
+def test_media_one_forward_encodes_together_are_refused_together(generic_checkpoints, engines):
+    """Phi-4-multimodal encodes images and audio inside one forward, and projects audio
+    otherwise beside an image: through hf_bridge, which encodes each item alone, such a
+    request's prompt log-probs were 3.4 from transformers'. It is refused, naming the fix,
+    and the engine keeps serving."""
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["phi4_multimodal"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    mixed = parity.Case("image_and_audio", 64, num_images=1, num_audios=1, text="Describe the image and the audio.")
+    with pytest.raises(ValueError, match=r"carries images and audios, which Phi4MultimodalModel encodes inside one forward"
+                                         r".*Send the images and audios in separate requests"):
+        parity.vllm_result(llm, processor, mixed)
+    audio = parity.standard_cases(64)["audio"]
+    (reference,) = references(model_dir, [audio])
+    assert parity.compare(reference, parity.vllm_result(llm, processor, audio)) == []
+
+
 def modalities(processor) -> set[str]:
     subs = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
     return {m for m, attribute in subs.items() if getattr(processor, attribute, None) is not None}
