@@ -46,7 +46,7 @@ def encode(
     features = getattr(output, "pooler_output", None)
     if features is None:  # a tower with no pooling (Fuyu's patch projection)
         features = getattr(output, "last_hidden_state", output)
-    levels = side_levels(output)
+    levels = side_levels(output) if side_features is not None or features is None else []
     if features is None and levels:  # side features only: the HF model zeroes these tokens' embeddings (Granite 4 Vision)
         features = levels[0].new_zeros(levels[0].shape[0], hidden_size)
     if isinstance(features, torch.Tensor):

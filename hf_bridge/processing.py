@@ -301,7 +301,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return self._counted[key]
 
 
-_PROFILING: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=False)
+_DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=False)
 """Set while vLLM builds a dummy request (per thread: its warm-up may run beside requests)."""
 
 
@@ -338,9 +338,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         """
         counts = inputs.mm_data_items.get_all_counts()
         together = [m for m in self.info.inline_modalities if counts.get(m)]
-        if len(together) > 1 and not _PROFILING.get():
-            model_class = base_model_class(self.info.get_hf_config())
-            raise ValueError(errors.modalities_encoded_together(together, model_class.__name__, self.info.get_hf_processor()))
+        if len(together) > 1 and not _DUMMY_REQUEST.get():
+            model_class = base_model_class(self.info.get_hf_config()).__name__
+            raise ValueError(errors.modalities_encoded_together(together, model_class, self.info.get_hf_processor()))
         frames = []
         probes = self.info.probes
         for modality in sorted(set(counts) | set(probes.placeholder_texts)):
@@ -368,11 +368,11 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
     def get_dummy_mm_inputs(self, *args, **kwargs):
         """vLLM's dummy request, of every modality at once for its processor warm-up: served
         whatever its modalities, as it only sizes and warms the processor."""
-        token = _PROFILING.set(True)
+        token = _DUMMY_REQUEST.set(True)
         try:
             return super().get_dummy_mm_inputs(*args, **kwargs)
         finally:
-            _PROFILING.reset(token)
+            _DUMMY_REQUEST.reset(token)
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
         hf_data, hf_kwargs, _ = self._get_hf_mm_inputs(mm_items, hf_kwargs)  # embedding items: read below

@@ -65,7 +65,8 @@ def name_renormalization(model: torch.nn.Module, text_config) -> bool | None:
     the value set, or None where it was named or no router could be measured."""
     if getattr(text_config, RENORMALIZE_FIELD, None) is not None:
         return None
-    found = next((r for r in (renormalizes(router, text_config.hidden_size) for router in routers(model)) if r is not None), None)
+    one_per_class = {type(router): router for router in routers(model)}.values()  # every layer's router does the same
+    found = next((r for r in (renormalizes(router, text_config.hidden_size) for router in one_per_class) if r is not None), None)
     if found is not None:
         setattr(text_config, RENORMALIZE_FIELD, found)
     return found
