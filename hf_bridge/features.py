@@ -93,6 +93,10 @@ def features_entry(hf_model: torch.nn.Module, modality: str):
     return getattr(hf_model, name)
 
 
+SUB_CONFIG_PREFIX = {"image": "vision"}
+"""The sub-config a modality's tower is configured in, where not named for the modality."""
+
+
 def feature_token_ids(config: Any) -> dict[str, int]:
     """The token the HF model fills with each modality's encoder rows, where its config
     names one (`image_token_id` / `image_token_index`, likewise video and audio): at its
@@ -107,10 +111,6 @@ def feature_token_ids(config: Any) -> dict[str, int]:
                 found[modality] = value
                 break
     return found
-
-
-SUB_CONFIG_PREFIX = {"image": "vision"}
-"""The sub-config a modality's tower is configured in, where not named for the modality."""
 
 
 def encodes_inline(model: Any, config: Any, modality: str) -> bool:

@@ -57,7 +57,7 @@ from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
-from .side_features import SideFeatures, configured_levels, decoder_convention, decoder_takes_side_features
+from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
@@ -98,8 +98,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         text_model = self.get_language_model().model
         self.side_features = None
-        if text_model is not None and decoder_takes_side_features(text_model):
-            self._install_side_features(text_model)
+        convention = decoder_convention(text_model) if text_model is not None else None
+        if convention is not None:
+            self._install_side_features(text_model, convention)
         self.per_layer_token_inputs = None
         if reads_per_layer_token_embeddings(self.config) and forward_takes(type(self.model), PER_LAYER_INPUTS_ARG):
             self._install_per_layer_token_inputs(text_model, vllm_config.scheduler_config.max_num_batched_tokens)
@@ -108,11 +109,10 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         if cpu_graphs_requested() and self.side_features is None:
             self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
 
-    def _install_side_features(self, text_model: torch.nn.Module) -> None:
+    def _install_side_features(self, text_model: torch.nn.Module, convention: DecoderConvention) -> None:
         """Side features (`side_features.py`); under pipeline parallelism they travel to the
         later ranks in the intermediate tensors, and each rank adds its own layers' levels."""
         owned = None
-        convention = decoder_convention(text_model)
         if convention.by_layer and self.pp_group.world_size > 1:
             raise ValueError(errors.side_features_by_layer_need_one_pipeline_rank(type(self.model).__name__, self.pp_group.world_size))
         self.side_levels = configured_levels(self.config)

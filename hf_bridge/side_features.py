@@ -83,10 +83,6 @@ def decoder_convention(language_model: torch.nn.Module) -> DecoderConvention | N
     return next((c for c in DECODER_CONVENTIONS if c.mask_arg in params and c.features_arg in params), None)
 
 
-def decoder_takes_side_features(language_model: torch.nn.Module) -> bool:
-    return decoder_convention(language_model) is not None
-
-
 INTERMEDIATE_KEY = "hf_bridge_side_features"
 """The side features' entry in the tensors one pipeline rank sends the next."""
 
