@@ -55,6 +55,8 @@ logger = init_logger(LOGGER_NAME)
 DATA_KEY = "{}.{}"
 """An item's processor output `key` is stored as `"<modality>.<key>"`: two modalities
 may use one name (InternVL's videos arrive as `pixel_values`, like its images)."""
+ENTRY, INLINE = "entry", "inline"
+"""How the HF model encodes a modality: through its `get_<modality>_features`, or inside its own forward."""
 ENCODER_KEY = "hf_bridge_{}_encoder"
 EXPANSION_KEY = "hf_bridge_{}_expansion"
 IS_EMBED_KEY = "hf_bridge_{}_is_embed"
@@ -167,28 +169,37 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return placeable
 
     @cached_property
-    def unencodable_modalities(self) -> dict[str, str]:
-        """The processor's modalities that the HF model can encode neither through an entry
-        nor inline (`features.encodes_inline`), each with why it is not served."""
-        config = self.get_hf_config()
-        model_class = base_model_class(config)
-        if model_class is None:  # no class to ask: the encoder says so if it must
-            return {}
-        return {
-            m: errors.modality_not_encodable(m, model_class.__name__, self.get_hf_processor())
-            for m in super()._get_supported_modalities()
-            if features_entry_name(model_class, m) is None and not encodes_inline(model_class, config, m)
-        }
-
-    @cached_property
-    def inline_modalities(self) -> list[str]:
-        """The processor's modalities that the HF model encodes inside its own forward
-        (`features.encodes_inline`): one forward, where they may change each other's encoding."""
+    def _encoding_paths(self) -> dict[str, str | None]:
+        """How the HF model encodes each of the processor's modalities: through its entry
+        (`ENTRY`), inside its own forward (`INLINE`, `features.encodes_inline`), or not at
+        all (None). Empty where there is no model class to ask: the encoder says so if it must."""
         config = self.get_hf_config()
         model_class = base_model_class(config)
         if model_class is None:
-            return []
-        return [m for m in super()._get_supported_modalities() if encodes_inline(model_class, config, m)]
+            return {}
+        paths: dict[str, str | None] = {}
+        for modality in super()._get_supported_modalities():
+            if features_entry_name(model_class, modality) is not None:
+                paths[modality] = ENTRY
+            else:
+                paths[modality] = INLINE if encodes_inline(model_class, config, modality) else None
+        return paths
+
+    @cached_property
+    def unencodable_modalities(self) -> dict[str, str]:
+        """The processor's modalities that the HF model can encode neither through an entry
+        nor inline, each with why it is not served."""
+        unencodable = [m for m, path in self._encoding_paths.items() if path is None]
+        if not unencodable:
+            return {}
+        model_name = base_model_class(self.get_hf_config()).__name__
+        return {m: errors.modality_not_encodable(m, model_name, self.get_hf_processor()) for m in unencodable}
+
+    @cached_property
+    def inline_modalities(self) -> list[str]:
+        """The processor's modalities that the HF model encodes inside its own forward:
+        one forward, where they may change each other's encoding."""
+        return [m for m, path in self._encoding_paths.items() if path == INLINE]
 
     def text_only_frame(self) -> frame.PromptFrame:
         """What the processor adds to a prompt without items, which vLLM tokenizes without
