@@ -56,6 +56,11 @@ UNSERVED_ARCHITECTURES = {
 hf_bridge it then serves its native model, `model_impl="transformers"` notwithstanding.
 (transformers 5.19 has no `...ForSequenceClassification` class for a multimodal MoE
 config, so there is no MoE classifier to serve.)"""
+DENSE_ARCHITECTURES = {
+    OWN_MOE_ARCHITECTURE: OWN_ARCHITECTURE,
+    "HFBridgeMoEEmbeddingModel": "HFBridgeEmbeddingModel",
+}
+"""hf_bridge's class without vLLM's fused-MoE layers, for each of its MoE classes."""
 TEXT_ONLY_ARCHITECTURES = {
     "TransformersForCausalLM": OWN_ARCHITECTURE,
     "TransformersMoEForCausalLM": OWN_MOE_ARCHITECTURE,
@@ -138,7 +143,7 @@ def route(arch: str | None, model_config) -> str | None:
         from .bidirectional import mark_bidirectional
 
         mark_bidirectional(model_config.hf_config)
-        return own
+        return dense_where_transformers_counts_no_experts(own, model_config)
     from vllm.logger import init_logger
 
     from . import LOGGER_NAME
@@ -156,6 +161,37 @@ def unplaceable(model_config) -> dict[str, str] | None:
     if key not in _PLACEMENT:
         _PLACEMENT[key] = _probe_placement(model_config)
     return _PLACEMENT[key]
+
+
+def dense_where_transformers_counts_no_experts(own: str, model_config) -> str:
+    """hf_bridge's dense class where vLLM counted experts in its own config class but the
+    config hf_bridge builds the HF model from (transformers' own) has none: vLLM's class for
+    Cosmos3-Edge is a Nemotron-H config, whose default counts 8 experts."""
+    dense = DENSE_ARCHITECTURES.get(own)
+    if dense is None:
+        return own
+    from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
+
+    from .hf_classes import transformers_own_config
+
+    try:
+        built_from = transformers_own_config(model_config.hf_config, model_config)
+    except Exception:  # noqa: BLE001 - the model says so when it builds (`HFBridgeBase._patch_config`)
+        return own
+    if built_from is None:
+        return own
+    text_config = built_from.get_text_config()
+    if ModelArchConfigConvertorBase(text_config, text_config).get_num_experts():
+        return own
+    from vllm.logger import init_logger
+
+    from . import LOGGER_NAME
+
+    init_logger(LOGGER_NAME).info_once(
+        "hf_bridge serves %s without fused experts: vLLM's %s counts %d, transformers' %s (which hf_bridge builds) none",
+        model_config.hf_config.model_type, type(model_config.hf_config).__name__, model_config.get_num_experts(),
+        type(built_from).__name__)
+    return dense
 
 
 _PLACEMENT: dict[tuple[str, str | None], dict[str, str] | None] = {}
