@@ -102,6 +102,25 @@ def needs_video_metadata(processor: Any) -> bool:
     return bool(getattr(getattr(processor, "video_processor", None), "do_sample_frames", False))
 
 
+def video_metadata_asked(processor: Any, media: Mapping[str, Any], kwargs: Mapping[str, object]) -> dict[str, Any]:
+    """The processor argument asking its video processor for each video's metadata, where
+    `media` holds videos it samples frames of: the processor's placeholder step may read it
+    without asking itself (Cosmos3-Edge's and MUSE-Glimmer's `replace_video_token`; Qwen3-VL's
+    asks in its defaults). Nothing where the caller's `kwargs` already say."""
+    if "videos" not in media or not needs_video_metadata(processor) or {"return_metadata", "videos_kwargs"} & kwargs.keys():
+        return {}
+    return {"videos_kwargs": {"return_metadata": True}}
+
+
+def without_asked_metadata(output: Any, kwargs: Mapping[str, object]) -> Any:
+    """`output` without the video metadata `video_metadata_asked` asked for (not a model
+    input), as transformers' own `ProcessorMixin.__call__` drops it; a processor with a
+    `__call__` of its own (MiniCPM-V 4.6's) may not."""
+    if not kwargs.get("return_metadata") and "video_metadata" in output:
+        del output["video_metadata"]
+    return output
+
+
 def video_metadata(num_frames: int) -> dict[str, Any]:
     return {
         "fps": VIDEO_FPS,
@@ -342,13 +361,13 @@ class ProcessorProbe:
         video's frames as videos); the per-sample layout is what every processor
         accepts for a batch of one, so it is tried when the flat one is refused.
         """
-        data = {"text": text, **item, "return_mm_token_type_ids": True}
+        asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, hf_kwargs)}
         try:
-            return self.call(data, hf_kwargs)
+            return without_asked_metadata(self.call({"text": text, **item, **asked}, hf_kwargs), hf_kwargs)
         except ValueError as flat_error:
-            nested = {"text": [text], **{k: [v] for k, v in item.items()}, "return_mm_token_type_ids": True}
+            nested = {"text": [text], **{k: [v] for k, v in item.items()}, **asked}
             try:
-                return self.call(nested, hf_kwargs)
+                return without_asked_metadata(self.call(nested, hf_kwargs), hf_kwargs)
             except ValueError:
                 raise flat_error  # noqa: B904 - its cause is the processor's own error
 
