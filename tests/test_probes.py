@@ -126,6 +126,29 @@ def test_video_blank_follows_the_frames_the_processor_asks_for(zoo):
     assert probe.blank_shape("video").frames == 64
 
 
+def test_a_sampling_video_processor_is_asked_for_metadata_which_is_dropped_again(zoo):
+    """Where frames are sampled, the processor is asked for each video's metadata (its
+    placeholder step may read it: Cosmos3-Edge's does, without asking itself); the output
+    keeps it only where the caller asked at top level, as transformers' own call does."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(zoo("qwen2_vl"))
+    processor.video_processor.do_sample_frames = True
+    processor.video_processor.num_frames = 4
+    sent = []
+    probe = ProcessorProbe(processor, processor.tokenizer, None,
+                           call=lambda data, kw: sent.append(data) or processor(**data, **kw, return_tensors="pt"))
+    item = probe.blank("video")
+    text = probe.placeholder_text("video")
+    assert "video_metadata" not in probe.call_one_item(text, item, {})
+    assert sent[-1]["videos_kwargs"] == {"return_metadata": True}
+    assert "video_metadata" in probe.call_one_item(text, item, {"return_metadata": True})
+    assert "videos_kwargs" not in sent[-1]
+    processor.video_processor.do_sample_frames = False
+    probe.call_one_item(text, probe.blank("video"), {})
+    assert "videos_kwargs" not in sent[-1]
+
+
 def test_probe_failure_names_the_modality_and_the_processor_error(zoo):
     """Asking for more frames than a blank video may hold: video cannot be probed, image can."""
     from transformers import AutoProcessor

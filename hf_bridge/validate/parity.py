@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ..probes import DEFAULT_SAMPLING_RATE, audio_sampling_rate, needs_video_metadata, video_metadata
+from ..probes import (
+    DEFAULT_SAMPLING_RATE,
+    audio_sampling_rate,
+    needs_video_metadata,
+    video_metadata,
+    video_metadata_asked,
+    without_asked_metadata,
+)
 
 ATOL = 1e-3
 """Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
@@ -263,6 +270,15 @@ def hf_inputs(processor, case: Case, **extra):
     return _call(processor, prompt_text(processor, case), case, return_tensors="pt", **extra)
 
 
+def token_types_wanted(model) -> dict[str, bool]:
+    """The processor kwarg a user adds where the model's forward takes `mm_token_type_ids`
+    (its M-RoPE positions) but the processor does not return them by default (Cosmos3-Edge's
+    lists them among its `model_input_names`, yet leaves the kwarg off)."""
+    from ..hf_classes import forward_takes
+
+    return {"return_mm_token_type_ids": True} if forward_takes(type(model), "mm_token_type_ids") else {}
+
+
 def for_model(inputs, dtype):
     """The processor's output as a model in `dtype` takes it: floating tensors cast where
     the model is not in float32 (not every model casts its pixels), and widened where
@@ -314,13 +330,14 @@ def _call(processor, text: str, case: Case, **extra):
 
 
 def _call_with(processor, text: str, media: dict[str, list], extra: dict[str, Any]):
+    asked = video_metadata_asked(processor, media, extra)
     try:
-        return processor(text=[text], **media, **extra)
+        return without_asked_metadata(processor(text=[text], **media, **extra, **asked), extra)
     except ValueError:
         if not media:
             raise
         nested = {k: [v] for k, v in media.items()}
-        return processor(text=[text], **nested, **extra)
+        return without_asked_metadata(processor(text=[text], **nested, **extra, **asked), extra)
 
 
 SOFTCAP_FIELD = "attn_logit_softcapping"
@@ -370,7 +387,7 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
 
     processor = processor or load_processor(model_dir)
     model = model or load_generation_model(model_dir)
-    inputs = for_model(hf_inputs(processor, case), model.dtype)
+    inputs = for_model(hf_inputs(processor, case, **token_types_wanted(model)), model.dtype)
     inputs.pop("labels", None)  # PaliGemma's processor adds training labels
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
