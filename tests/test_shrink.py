@@ -160,3 +160,43 @@ def test_towers_configured_in_sub_configs_of_a_sub_config_are_shrunk():
     towers = shrink.tower_configs(config, config.get_text_config())
     assert [type(t).__name__ for t in towers] == ["DeepseekOcr2VisionConfig", "DeepseekOcr2SamVisionConfig", "DeepseekOcr2VisionEncoderConfig"]
     assert config.text_config not in towers
+
+
+def _generic(model_type: str):
+    """The generic spec's config and processor for `model_type`, as the sweep builds them."""
+    from hf_bridge.zoo.build import build_tokenizer
+
+    spec = shrink.generic_spec(model_type)
+    tokenizer = build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes)
+    return spec.make_config(tokenizer), spec.make_processor(tokenizer)
+
+
+def test_fields_a_config_derives_follow_the_shrink():
+    """MiniMax-M3-VL derives `merged_hidden_size` (text width x merge square) on construction;
+    saved, the default's 24576 came back over the shrunk width's, and its projector failed."""
+    config, _ = _generic("minimax_m3_vl")
+    assert "merged_hidden_size" in shrink.derived_attributes(type(config))
+    assert config.merged_hidden_size == config.text_config.hidden_size * config.vision_config.spatial_merge_size**2
+
+
+def test_towers_take_the_view_and_patch_their_processor_gives_them():
+    """DeepSeek-VL-Hybrid's second tower reads the processor's `high_res_size`, its first the
+    plain `size`, and its global-attention layers stay inside its depth; Step-3.7's ViT patch is the processor's `vision_patch_size`, its
+    `patch_size` being a crop's side."""
+    config, processor = _generic("deepseek_vl_hybrid")
+    assert config.high_res_vision_config.image_size == processor.image_processor.high_res_size["height"]
+    assert config.vision_config.image_size == processor.image_processor.size["height"]
+    high_res = config.high_res_vision_config  # its SAM tower's global layers, 2, 5, 8, 11 by default
+    assert high_res.global_attn_indexes == [high_res.num_hidden_layers - 1]
+    config, processor = _generic("step3p7")
+    assert config.vision_config.patch_size == processor.image_processor.vision_patch_size != processor.image_processor.patch_size
+
+
+def test_a_recipe_writes_each_item_as_its_checkpoints_template_does():
+    """Cosmos3-Edge's template marks each image with the processor's vision markers: bare,
+    two images in a row read as one span to its M-RoPE positions (transformers raised)."""
+    _, processor = _generic("cosmos3_edge")
+    marked = processor.vision_start_token + processor.image_token + processor.vision_end_token
+    assert marked in processor.chat_template
+    _, processor = _generic("llava")
+    assert processor.image_token in processor.chat_template

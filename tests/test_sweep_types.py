@@ -2,7 +2,8 @@
 
 A representative few from COVERAGE.md, so the shrinker and those types cannot rot
 between sweeps: Cohere2-Vision (tiles with line-break markers), GLM-4V (M-RoPE with
-partial rotary, video processor), DeepSeek-VL (a processor that cannot count its
+partial rotary; two images and a video, each marked as its template marks it; frame
+timestamps), DeepSeek-VL (a processor that cannot count its
 tokens), GLM-ASR (audio; a checkpoint in its original layout, which transformers
 renames at load time), Perception LM (a timm tower; videos encoded through
 `get_image_features`), Aria (experts stored transposed, top-k under its own
@@ -24,8 +25,8 @@ take tokens already routed, both kept as transformers wrote them; a projector ap
 outside `get_image_features`; bfloat16 pixels from its processor; the in-tree backend
 cannot start it) and Step-3.7 (a vision config that derives a size on load, which the
 shrinker builds to; experts stored as `moe.gate_proj`/`moe.up_proj`, which transformers
-concatenates, and kept for their clamped gate; a sliding-window layer; the in-tree
-backend cannot start it) and Kimi-K2.5 (MLA attention through `"vllm_mla"`, its latent KV
+concatenates, and kept for their clamped gate; a sliding-window layer; an image as
+local crops and a global view; the in-tree backend cannot start it) and Kimi-K2.5 (MLA attention through `"vllm_mla"`, its latent KV
 built at the one size vLLM's CPU MLA kernel takes; a vision tower stored as fused `wqkv`,
 which transformers splits and permutes; the in-tree backend cannot load it) and
 Phi-4-multimodal (a flat config whose base model is its own decoder and encodes images
@@ -37,10 +38,14 @@ goes to, taken as a dict by layer; its recipe adds the deepstack map its default
 lacks; the in-tree backend cannot run its image) and DeepSeek-OCR-2 (towers configured in
 sub-configs of its vision config; a router that keeps its softmax scores, in a config
 that does not say so, which vLLM's fused-MoE layer renormalized: `routing.py`; the
-in-tree backend cannot start it). Each is built
+in-tree backend cannot start it) and Cosmos3-Edge (a dense model that vLLM's own config
+class counts 8 experts in: served without fused experts; a processor that returns token
+types only when asked and reads each video's metadata without asking for it; the in-tree
+backend cannot start it) and MUSE-Glimmer (the same unasked video metadata; the in-tree
+backend serves no video). Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
-Phi-4-multimodal, Granite 4 Vision and DeepSeek-OCR-2 add what their default configs
-lack, as their checkpoints have it).
+Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge and MUSE-Glimmer add
+what their default configs lack, as their checkpoints have it).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -63,7 +68,7 @@ from hf_bridge.validate.reference import cache_references, references
 
 CASES = {
     "cohere2_vision": ["one_image", "text_only"],
-    "glm4v": ["one_image", "text_only"],
+    "glm4v": ["two_images", "text_only", "video"],
     "deepseek_vl": ["one_image", "text_only"],
     "glmasr": ["audio"],
     "perception_lm": ["video"],
@@ -74,14 +79,17 @@ CASES = {
     "qwen3_asr": ["audio"],
     "qwen2_audio": ["audio", "text_only"],
     "llama4": ["two_images", "text_only"],
-    "step3p7": ["text_only"],
+    "step3p7": ["one_image", "text_only"],
     "kimi_k25": ["one_image"],
     "phi4_multimodal": ["two_images", "audio"],
     "granite4_vision": ["two_images"],
     "deepseek_ocr2": ["two_images"],
+    # vLLM's own config class counts 8 experts where transformers' counts none: served dense;
+    # its processor reads each video's metadata without asking for it
+    "cosmos3_edge": ["two_images", "video"],
+    "muse_glimmer": ["video"],
 }
-TYPES = [*CASES, "cosmos3_edge"]
-"""Cosmos3-Edge's refusal runs in its own test."""
+TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1}
 """The seed the sweep's own search (`scripts/sweep.py`: the first seed whose every case is
 non-degenerate and well-conditioned) settles on, so the test runs the checkpoint that
@@ -401,19 +409,3 @@ def test_vllm_loads_transformers_own_processor_when_asked(generic_checkpoints):
     own = get_processor(model_dir, processor_cls=hf_processor_class(model_dir, None))
     assert type(own).__module__ == "transformers.models.cosmos3_edge.processing_cosmos3_edge"
     assert type(own.image_processor).__module__.startswith("transformers.")
-
-
-@pytest.mark.engine
-def test_a_checkpoint_vllm_reads_as_another_layout_is_refused_clearly(generic_checkpoints):
-    """vLLM's own config class for Cosmos3-Edge reads a transformers-format checkpoint as
-    mixture-of-experts (8 experts by its defaults), while transformers' says dense: the
-    engine refuses to start with a message naming both and the way out, not the bare
-    `AssertionError` of vLLM's MoE layer."""
-    code = ("import os, sys; os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'] = '0'; "
-            "from hf_bridge.validate.engine import make_llm; make_llm(sys.argv[1], model_impl='transformers')")
-    done = subprocess.run([sys.executable, "-c", code, str(generic_checkpoints["cosmos3_edge"])], capture_output=True, text=True, timeout=600)
-    assert done.returncode != 0
-    assert ("ValueError: vLLM counts 8 experts in this checkpoint, but the HF text config (Cosmos3EdgeTextConfig) names no "
-            "experts-per-token count (num_experts_per_tok, top_k, moe_k, nor another name vLLM reads), so vLLM's fused-MoE layer cannot be "
-            "built. vLLM read the checkpoint with its own Cosmos3EdgeConfig, which describes another layout than "
-            "transformers' config; serve it with model_impl=\"vllm\", which reads it that way.") in done.stderr, done.stderr[-3000:]

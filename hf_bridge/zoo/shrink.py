@@ -73,6 +73,10 @@ class Override:
     """`configure(config, tokenizer)`, after the generic shrink."""
     config_tokens: dict[str, str] = field(default_factory=dict)
     """Config token fields naming another token than the processor's namesake (set last)."""
+    chat_placeholders: dict[str, str] = field(default_factory=dict)
+    """What the checkpoint's own chat template writes for one item, per modality, where it
+    wraps the processor's token (`chat_placeholder` otherwise); `{name}` reads the processor's
+    attribute `name`."""
     init_std: float = ZooSpec.init_std
     """Init scale, where the default leaves transformers' own float32 result too far from
     its float64 one to test parity (`ZooSpec.init_std`)."""
@@ -167,15 +171,34 @@ def _phi4_multimodal(config, tokenizer) -> None:
 
 def _deepseek_ocr2(config, tokenizer) -> None:
     """Its SAM tower's last downsampling convolution feeds its encoder (896 wide in
-    DeepSeek-OCR-2's checkpoint, as that encoder is); the shrunk tower's global-attention
-    layer must be one it has; its default config names no experts-per-token count and no
-    layer kinds (its checkpoint's first layer is dense, the rest mixture-of-experts)."""
+    DeepSeek-OCR-2's checkpoint, as that encoder is); its default config names no
+    experts-per-token count and no layer kinds (its checkpoint's first layer is dense, the
+    rest mixture-of-experts)."""
     sam, encoder = config.vision_config.sam_config, config.vision_config.encoder_config
     sam.downsample_channels = [2 * encoder.hidden_size, encoder.hidden_size]
-    sam.global_attn_indexes = [sam.num_hidden_layers - 1]
     text = config.text_config
     text.num_experts_per_tok = TEXT_SIZES["num_experts_per_tok"]
     text.mlp_layer_types = ["dense", *["sparse"] * (text.num_hidden_layers - 1)]
+
+
+def _muse_glimmer(config, tokenizer) -> None:
+    """Its adapter takes the tower's pixel-shuffled rows: the tower's width times its merge
+    square (1536 x 4 = 6144 in its checkpoint), not a width the shrink follows."""
+    tower = config.vision_config
+    config.out_hidden_size = tower.hidden_size * tower.merge_size**2
+    config.projector_hidden_size = config.text_config.hidden_size
+
+
+VISION_MARKED_IMAGE = {"image": "{vision_start_token}{image_token}{vision_end_token}"}
+"""An image as Qwen-VL-style templates write it: bare, two images in a row would read as one
+span to the model's M-RoPE positions."""
+GLM4V_CHAT = Override(
+    tokens=("<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>"),
+    chat_placeholders={"image": "<|begin_of_image|>{image_token}<|end_of_image|>",
+                       "video": "<|begin_of_video|>{video_token}<|end_of_video|>"},
+)
+"""GLM-4V's template marks each item: bare, two images read as one span, and its processor
+types a video's tokens by the video markers around them."""
 
 
 GRANITE4_VISION_DOWNSAMPLE = "1/2"
@@ -202,7 +225,9 @@ def _granite4_vision(config, tokenizer) -> None:
 
 RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
-    "cohere_compass": Override(configure=_cohere_compass),
+    "cohere_compass": Override(configure=_cohere_compass, chat_placeholders=VISION_MARKED_IMAGE),
+    "cosmos3_edge": Override(chat_placeholders={
+        **VISION_MARKED_IMAGE, "video": "{vision_start_token}{video_token}{vision_end_token}"}),
     # its model scatters image features at `<|patch|>` (real checkpoints' `image_token_index`);
     # its processor's `image_token` is the `<|image|>` that closes each image's tiles
     "llama4": Override(configure=_llama4, config_tokens={"image_token_index": "<|patch|>"}),
@@ -232,6 +257,14 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "step3p7": Override(configure=_step3p7),
     "phi4_multimodal": Override(configure=_phi4_multimodal),
     "deepseek_ocr2": Override(configure=_deepseek_ocr2),
+    "muse_glimmer": Override(configure=_muse_glimmer),
+    # its processor writes 256 tokens per image, what its tower gives at its checkpoints' 1024 px
+    "got_ocr2": Override(sub_processors={"image_processor": dict(size={"height": 1024, "width": 1024})}),
+    # templates that mark each item: bare, two images in a row read as one span
+    "hunyuan_vl": Override(chat_placeholders={"image": "{image_start_token}{image_token}{image_end_token}"}),
+    "paddleocr_vl": Override(tokens=("<|IMAGE_START|>", "<|IMAGE_END|>"),
+                             chat_placeholders={"image": "<|IMAGE_START|>{image_token}<|IMAGE_END|>"}),
+    **dict.fromkeys(("glm4v", "glm4v_moe", "glm46v"), GLM4V_CHAT),
     "granite4_vision": Override(
         sub_processors={"image_processor": dict(image_grid_pinpoints=GRANITE4_VISION_PINPOINTS)},
         processor=dict(downsample_rate=GRANITE4_VISION_DOWNSAMPLE, vision_feature_select_strategy="full"),
@@ -298,15 +331,20 @@ def align_towers(config: Any, processor: Any) -> None:
     where the defaults disagree."""
     image_processor = getattr(processor, "image_processor", None)
     height = _output_height(image_processor)
-    patch = getattr(image_processor, "patch_size", None)
+    # Step-3.7's `patch_size` is its local crop's side (504 px); its ViT patch is `vision_patch_size`
+    patch = getattr(image_processor, "vision_patch_size", None) or getattr(image_processor, "patch_size", None)
     patch = patch if isinstance(patch, int) else None
     extractor = getattr(processor, "feature_extractor", None)
     mel_bins = getattr(extractor, "feature_size", None)
-    for sub in sub_configs(config).values():
+    for name, sub in sub_configs(config).items():
         if isinstance(getattr(sub, "num_mel_bins", None), int) and isinstance(mel_bins, int):
             sub.num_mel_bins = mel_bins  # an audio tower reads the extractor's mel bins
-        if isinstance(getattr(sub, "image_size", None), int) and isinstance(height, int):
-            sub.image_size = height
+        # a second tower named by its view reads that view's size (DeepSeek-VL-Hybrid's
+        # `high_res_vision_config`, the processor's `high_res_size`)
+        view = name.removesuffix("vision_config") if name.endswith("vision_config") else ""
+        view_height = _side(getattr(image_processor, f"{view}size", None)) if view else None
+        if isinstance(getattr(sub, "image_size", None), int) and isinstance(view_height or height, int):
+            sub.image_size = view_height or height
         if isinstance(getattr(sub, "patch_size", None), int) and patch:
             sub.patch_size = patch
 
@@ -315,15 +353,21 @@ def _output_height(image_processor: Any) -> int | None:
     """The side of the images the processor gives the tower: its crop where it crops (CLIP),
     else its size's height or shortest edge. None for a dynamic-resolution processor, whose
     `shortest_edge`/`longest_edge` are pixel counts (Qwen2-VL's family: PaddleOCR-VL)."""
-    def side(size: Any) -> int | None:
-        size = (size if size is None or isinstance(size, dict) else vars(size)) or {}
-        if size.get("longest_edge") is not None and size.get("height") is None:
-            return None
-        return size.get("height") or size.get("shortest_edge")
+    if getattr(image_processor, "do_center_crop", False) and _side(getattr(image_processor, "crop_size", None)):
+        return _side(image_processor.crop_size)
+    return _side(getattr(image_processor, "size", None))
 
-    if getattr(image_processor, "do_center_crop", False) and side(getattr(image_processor, "crop_size", None)):
-        return side(image_processor.crop_size)
-    return side(getattr(image_processor, "size", None))
+
+def _side(size: Any) -> int | None:
+    size = (size if size is None or isinstance(size, dict) else vars(size)) or {}
+    if size.get("longest_edge") is not None and size.get("height") is None:
+        return None
+    return size.get("height") or size.get("shortest_edge")
+
+
+LAYER_INDEX_FIELDS = ("global_attn_indexes",)
+"""Lists of layer indices (a SAM tower's global-attention layers, 2, 5, 8, 11 by default),
+which must name layers the shrunk depth has."""
 
 
 def shrink(config: Any, sizes: dict) -> None:
@@ -352,6 +396,10 @@ def shrink(config: Any, sizes: dict) -> None:
             if isinstance(value, list) and len(value) == depth and not name.startswith("_"):
                 kinds = list(dict.fromkeys(v for v in value if isinstance(v, (str, int, bool))))
                 setattr(config, name, (kinds + value)[:layers] if len(kinds) == len(set(map(repr, value))) else value[:layers])
+        for name in LAYER_INDEX_FIELDS:
+            indexes = getattr(config, name, None)
+            if isinstance(indexes, (list, tuple)) and indexes and max(indexes) >= layers:
+                setattr(config, name, [layers - 1])  # the last layer keeps the kind
     if per_layer:
         config.per_layer_config = shrink_per_layer_config(
             per_layer, old, {name: getattr(config, name) for name in old}, old_layer_types, list(getattr(config, "layer_types", None) or []), layers
@@ -518,8 +566,22 @@ def make_config(model_type: str):
 def as_reloaded(config: Any) -> Any:
     """`config` as it reads back from its saved form, so the weights are built to the sizes
     a load gives: a config may derive a size on load from fields the shrink left alone
-    (Step-3.7's vision `intermediate_size`, recomputed from `mlp_ratio`)."""
-    return type(config).from_dict(config.to_dict())
+    (Step-3.7's vision `intermediate_size`, recomputed from `mlp_ratio`). What its class
+    derives rather than declares (`derived_attributes`) is derived again from the shrunk
+    fields: saved, the value from before the shrink would win."""
+    derived = derived_attributes(type(config))
+    return type(config).from_dict({k: v for k, v in config.to_dict().items() if k not in derived})
+
+
+def derived_attributes(cls: type) -> frozenset[str]:
+    """The public attributes a config class sets in its `__post_init__` beyond its declared
+    fields (MiniMax-M3-VL's `merged_hidden_size`: the text width times the merge square)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return frozenset()
+    declared = {f.name for f in dataclasses.fields(cls)}
+    return frozenset(k for k in vars(cls()) if k not in declared and not k.startswith("_"))
 
 
 def make_processor(model_type: str):
@@ -538,17 +600,21 @@ def make_processor(model_type: str):
         processor = cls(**parts, **settings)
         match_patch_geometry(processor)
         if getattr(processor, "chat_template", None) is None:  # the generic one, with its tokens
-            image, video, audio = (chat_placeholder(processor, m) for m in ("image", "video", "audio"))
+            written = RECIPE_OVERRIDES.get(model_type, Override()).chat_placeholders
+            image, video, audio = (chat_placeholder(processor, m, written.get(m, "")) for m in ("image", "video", "audio"))
             processor.chat_template = chat_template(image=image, video=video, audio=audio)
         return processor
 
     return make
 
 
-def chat_placeholder(processor: Any, modality: str) -> str:
-    """What a chat template emits for one item: the processor's `<modality>_placeholder_token`
-    where it keeps one apart from the token it expands to (Qianfan-OCR: `<image>` becomes
-    `<|context_image_token|>` x 256), else its `<modality>_token`."""
+def chat_placeholder(processor: Any, modality: str, written: str = "") -> str:
+    """What a chat template emits for one item: `written` with the processor's attributes
+    filled in, where a recipe gives it (`Override.chat_placeholders`); else the processor's
+    `<modality>_placeholder_token` where it keeps one apart from the token it expands to
+    (Qianfan-OCR: `<image>` becomes `<|context_image_token|>` x 256), else its `<modality>_token`."""
+    if written:
+        return written.format_map({name: getattr(processor, name) for name in re.findall(r"{(\w+)}", written)})
     for name in (f"{modality}_placeholder_token", f"{modality}_token"):
         value = getattr(processor, name, None)
         if isinstance(value, str) and value:
