@@ -66,6 +66,17 @@ def remote_generation_class(config) -> type | None:
     return None
 
 
+def transformers_config_class(model_type: str) -> type | None:
+    """transformers' own config class for `model_type`, whatever has been registered under
+    that name since: vLLM registers its own classes into `AutoConfig` when it loads such a
+    checkpoint (Cosmos3-Edge's), so `AutoConfig` in that process builds vLLM's."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    name = CONFIG_MAPPING_NAMES.get(model_type)
+    return getattr(transformers, name, None) if isinstance(name, str) else None
+
+
 def transformers_own_config(config, model_config):
     """The checkpoint's config as transformers itself loads it, where vLLM loaded it as a
     class of its own: vLLM registers its own config class for some model types transformers
@@ -75,10 +86,8 @@ def transformers_own_config(config, model_config):
     them. None where `config` is transformers' own class, the checkpoint's own trusted
     code, or of a model type transformers does not ship."""
     import transformers
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    name = CONFIG_MAPPING_NAMES.get(getattr(config, "model_type", ""))
-    own_class = getattr(transformers, name, None) if isinstance(name, str) else None
+    own_class = transformers_config_class(getattr(config, "model_type", ""))
     if own_class is None or type(config) is own_class or trusts_own_code(config):
         return None
     own = own_class.from_pretrained(model_config.hf_config_path or model_config.model, revision=model_config.revision,

@@ -200,3 +200,22 @@ def test_a_recipe_writes_each_item_as_its_checkpoints_template_does():
     assert marked in processor.chat_template
     _, processor = _generic("llava")
     assert processor.image_token in processor.chat_template
+
+
+def test_the_shrink_builds_transformers_own_config_where_vllm_registered_its_own():
+    """vLLM registers its own config class into `AutoConfig` when it loads such a checkpoint
+    (Cosmos3-Edge's: a Nemotron-H config without `rope_parameters`); a later shrink in that
+    process still builds transformers' default. In a child process: the registration is global."""
+    import subprocess
+    import sys
+
+    code = (
+        "from transformers import AutoConfig; from vllm.transformers_utils.configs import Cosmos3EdgeConfig; "
+        "AutoConfig.register('cosmos3_edge', Cosmos3EdgeConfig, exist_ok=True); "
+        "assert type(AutoConfig.for_model('cosmos3_edge')) is Cosmos3EdgeConfig; "
+        "from hf_bridge.zoo import shrink; config = shrink.default_config('cosmos3_edge'); "
+        "print(type(config).__module__, type(config.get_text_config()).__module__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["transformers.models.cosmos3_edge.configuration_cosmos3_edge"] * 2

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hf_classes import transformers_config_class
 from .specs import ZooSpec
 
 TEXT_SIZES = dict(
@@ -447,15 +448,19 @@ def shrink_per_layer_config(
     return result
 
 
+def default_config(model_type: str) -> Any:
+    """transformers' own default config of `model_type` (`AutoConfig` builds another class
+    where vLLM registered its own under the name, as it does on loading such a checkpoint)."""
+    return transformers_config_class(model_type)()
+
+
 def use_own_text_config(config: Any, model_type: str) -> None:
     """Give a type whose default text config is borrowed (Granite4-Vision's is Llama's) the
     `<type>_text` config its own text model reads, as its real checkpoints do."""
-    from transformers import CONFIG_MAPPING
-
-    own = f"{model_type}_text"
+    own = transformers_config_class(f"{model_type}_text")
     text = getattr(config, "text_config", None)
-    if own in CONFIG_MAPPING and text is not None and text.model_type != own:
-        config.text_config = CONFIG_MAPPING[own]()
+    if own is not None and text is not None and text.model_type != own.model_type:
+        config.text_config = own()
 
 
 def build_absent_towers(config: Any) -> None:
@@ -523,9 +528,7 @@ def tower_configs(config: Any, text: Any) -> list[Any]:
 
 def make_config(model_type: str):
     def make(tokenizer):
-        from transformers import AutoConfig
-
-        config = AutoConfig.for_model(model_type)
+        config = default_config(model_type)
         use_own_text_config(config, model_type)
         build_absent_towers(config)
         text = config.get_text_config()
@@ -637,9 +640,7 @@ def match_patch_geometry(processor: Any) -> None:
 def settings_from_config(processor_cls, model_type: str) -> dict:
     """The processor's unset settings that the model's config names (LLaVA's `patch_size`),
     as a real checkpoint's `processor_config.json` carries them."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.for_model(model_type)
+    config = default_config(model_type)
     levels = [config, *sub_configs(config).values()]
     unset = [name for name, p in inspect.signature(processor_cls.__init__).parameters.items() if p.default is None]
     found = {name: next((getattr(c, name) for c in levels if getattr(c, name, None) is not None), None) for name in unset}
