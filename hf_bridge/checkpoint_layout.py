@@ -88,7 +88,10 @@ def transformers_layout(
 
 
 def _merges_many(converter: Any) -> bool:
-    """Whether the converter merges a list of tensors per pattern (per-expert weights)."""
+    """Whether the converter merges a list of tensors per pattern (per-expert weights): a
+    `MergeModulelist`, or any operation fed by a pattern with transformers' list-index
+    wildcard (Ernie 4.5 VL's `experts.*.down_proj.weight`, split into text and vision experts)."""
     from transformers.core_model_loading import MergeModulelist
 
-    return any(isinstance(op, MergeModulelist) for op in converter.operations)
+    return any(isinstance(op, MergeModulelist) for op in converter.operations) or any(
+        "*" in pattern for pattern in converter.source_patterns)

@@ -166,6 +166,14 @@ def per_layer_inputs_need_one_pipeline_rank(model_class: str, pipeline_size: int
     )
 
 
+def token_tables_need_one_pipeline_rank(model_class: str, fields: list[str], pipeline_size: int) -> str:
+    return (
+        f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its decoder layers read "
+        f"{', '.join(fields)}, which hf_bridge derives from the token ids, and only the first pipeline "
+        f"rank has them. Use tensor_parallel_size to spread it over devices instead."
+    )
+
+
 def side_features_by_layer_need_one_pipeline_rank(model_class: str, pipeline_size: int) -> str:
     return (
         f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its vision tower feeds decoder "

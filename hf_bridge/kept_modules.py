@@ -114,6 +114,23 @@ def experts_with_another_gated_mlp(root: torch.nn.Module) -> Iterator[Site]:
             yield parent, name, child
 
 
+WIDTH_ATTRIBUTE = "intermediate_dim"
+"""Where transformers' experts (`use_experts_implementation`) keep their own width."""
+
+
+def experts_of_another_width(sites: Iterable[Site]) -> tuple[int | None, list[Site]]:
+    """(the width most of `sites` declare, the sites that declare another). vLLM's fused-MoE
+    layer takes one width from the config (`moe_intermediate_size`, a list read per layer);
+    Ernie 4.5 VL's `[1536, 512]` is per modality: its text experts are 1536 wide, its
+    vision experts 512, in every layer. (None, []) where no experts declare a width."""
+    widths = [(site, getattr(site[2], WIDTH_ATTRIBUTE, None)) for site in sites]
+    declared = [width for _, width in widths if isinstance(width, int)]
+    if not declared:
+        return None, []
+    width = max(declared, key=declared.count)
+    return width, [site for site, own in widths if isinstance(own, int) and own != width]
+
+
 def gates_as_vllm_fuses(expert: torch.nn.Module) -> bool:
     """Whether `expert` computes `silu(gate) * up` from concatenated [gate; up] weights."""
     from transformers.integrations.moe import _default_apply_gate

@@ -20,6 +20,7 @@ vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -55,7 +56,7 @@ from .head import HFLogitsHead
 from .kept_modules import kept_out, linears_with_own_forward, torch_composites
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
-from .hf_classes import forward_takes, transformers_own_config
+from .hf_classes import base_model_class, forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .probes import HF_DATA_KEYS
@@ -71,6 +72,7 @@ from .processing import (
 from .placeholders import MODALITY_OF_TYPE
 from .token_inputs import DYNAMIC_DIM as PER_LAYER_DYNAMIC_DIM
 from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, reads_per_layer_token_embeddings
+from .token_tables import TokenTableInputs, learn_token_tables, may_take_token_fields, token_fields
 from .versions import log_handling
 
 logger = init_logger(LOGGER_NAME)
@@ -104,6 +106,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         self.per_layer_token_inputs = None
         if reads_per_layer_token_embeddings(self.config) and forward_takes(type(self.model), PER_LAYER_INPUTS_ARG):
             self._install_per_layer_token_inputs(text_model, vllm_config.scheduler_config.max_num_batched_tokens)
+        self.token_table_inputs = self._token_table_inputs(vllm_config)
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
@@ -137,6 +140,45 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             raise ValueError(errors.per_layer_inputs_need_one_pipeline_rank(type(self.model).__name__, self.pp_group.world_size))
         self.per_layer_token_inputs = PerLayerTokenInputs(text_model, max_tokens)
         self.per_layer_token_inputs.install(self.model)
+
+    @cached_property
+    def _token_tables(self) -> dict[str, dict[int, int]]:
+        """`token_tables.py`: per-token inputs the processor derives from the ids alone, for
+        the HF base model (Ernie 4.5 VL's experts chosen by modality); learnt before the
+        model is built, as they decide whether its decoder is compiled."""
+        from vllm.transformers_utils.processor import cached_processor_from_config
+
+        from .processing import hf_processor_class
+
+        base = base_model_class(self.config)
+        if base is None or not may_take_token_fields(list(inspect.signature(base.forward).parameters)):
+            return {}
+        model_config = self.model_config
+        processor = cached_processor_from_config(model_config, hf_processor_class(model_config.model, model_config.revision))
+        fields = token_fields(processor, lambda name: forward_takes(base, name))
+        try:
+            tables = learn_token_tables(processor, fields) if fields else {}
+        except Exception as error:  # noqa: BLE001 - the processor's own refusal of a text-only call
+            logger.warning("hf_bridge could not learn %s per token id from %s (%s: %s): the decoder gets none",
+                           ", ".join(fields), type(processor).__name__, type(error).__name__, error)
+            tables = {}
+        if tables:
+            logger.info("hf_bridge hands %s %s, learnt per token id from %s", base.__name__, ", ".join(tables),
+                        type(processor).__name__)
+        return tables
+
+    def _token_table_inputs(self, vllm_config) -> TokenTableInputs | None:
+        """The step's table values for the HF base model; the first pipeline rank alone
+        has the ids, so one rank must hold every layer."""
+        if not self._token_tables:
+            return None
+        if self.pp_group.world_size > 1:
+            raise ValueError(errors.token_tables_need_one_pipeline_rank(type(self.model).__name__, list(self._token_tables),
+                                                                         self.pp_group.world_size))
+        inputs = TokenTableInputs(self._token_tables, self.text_config.vocab_size,
+                                  vllm_config.scheduler_config.max_num_batched_tokens, next(self.model.parameters()).device)
+        inputs.install(self.model)
+        return inputs
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
         side = self.side_features
@@ -222,7 +264,14 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         (`compile_twin.py`). Unless vLLM's in-tree backend has already decorated `cls`
         itself in this process: a twin would wrap its wrapper, and vLLM's decorator
         leaves a class it has marked as it is. A decoder that takes per-layer token
-        embeddings gets their token dimension marked dynamic, as vLLM marks the embeddings'."""
+        embeddings gets their token dimension marked dynamic, as vLLM marks the embeddings';
+        one that takes a token table's values (`token_tables.py`) is left uncompiled."""
+        routed_by = [name for name in self._token_tables if forward_takes(cls, name)]
+        if routed_by and not kwargs.get("is_encoder"):
+            logger.warning("hf_bridge runs %s eagerly: its forward takes %s, by which it may branch on data "
+                           "(Ernie 4.5 VL routes tokens to text or vision experts), and vLLM's full-graph "
+                           "compile cannot trace such a branch", cls.__name__, ", ".join(routed_by))
+            return
         dims = kwargs.get("dynamic_arg_dims")
         if dims is not None and forward_takes(cls, PER_LAYER_INPUTS_ARG):
             kwargs["dynamic_arg_dims"] = {**dims, PER_LAYER_INPUTS_ARG: PER_LAYER_DYNAMIC_DIM}
@@ -327,6 +376,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
         if self.per_layer_token_inputs is not None:
             self.per_layer_token_inputs.record(input_ids, is_multimodal)
+        if self.token_table_inputs is not None:
+            self.token_table_inputs.record(input_ids)
         if self.side_features is not None:
             multimodal_embeddings = self.side_features.split(multimodal_embeddings, is_multimodal, input_ids.shape[0])
         return super().embed_input_ids(input_ids, multimodal_embeddings, is_multimodal=is_multimodal)

@@ -3,24 +3,31 @@
 `HFBridgeMoEMixin` is vLLM's `MoEMixin` with what HF MoE checkpoints need beyond it: an
 experts-per-token count kept under another name, a router's renormalization measured
 where the config does not name it (`routing.py`), experts stored transposed, and experts
-that cannot take vLLM's routing, or compute another gated MLP than its fused layer,
-kept as transformers wrote them.
+that cannot take vLLM's routing, compute another gated MLP than its fused layer, or
+differ in width from the others, kept as transformers wrote them.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+from vllm.config.utils import getattr_iter
 from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.moe import MoEMixin
+from vllm.model_executor.models.transformers.utils import maybe_per_layer
+from vllm.model_executor.models.utils import extract_layer_index
 from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
 
 from . import LOGGER_NAME, errors
-from .kept_modules import experts_with_another_gated_mlp, experts_without_routing, kept_out
+from .kept_modules import WIDTH_ATTRIBUTE, experts_modules, experts_of_another_width, experts_with_another_gated_mlp, experts_without_routing, kept_out
 from .routing import name_renormalization
 
 logger = init_logger(LOGGER_NAME)
 
 VLLM_TOP_K_FIELDS = ("num_experts_per_tok", "top_k")
 """The experts-per-token fields vLLM's `MoEMixin` reads."""
+VLLM_WIDTH_FIELDS = ("moe_intermediate_size", "intermediate_size")
+"""The experts-width fields vLLM's `MoEMixin` reads, first found first."""
 TOP_K_FIELDS = ("moe_k",)
 """An experts-per-token field that neither vLLM's `MoEMixin` nor vLLM's config reader
 (`ModelArchConfigConvertorBase`, which knows Aria's `moe_topk` and Gemma 4's
@@ -46,6 +53,15 @@ class HFBridgeMoEMixin(MoEMixin):
             logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
                         "fused-MoE layer computes", type(otherwise_gated[0][2]).__name__)
             kept += otherwise_gated
+        width, other_width = None, []
+        if self._width_misread([site for site in experts_modules(self.model) if site not in kept]):
+            width, other_width = experts_of_another_width(site for site in experts_modules(self.model) if site not in kept)
+        if other_width:
+            logger.info("hf_bridge keeps transformers' %s at %s: its experts are %d wide, not the %d of most "
+                        "experts here, which vLLM's fused-MoE layers take", type(other_width[0][2]).__name__,
+                        ", ".join(sorted({type(parent).__name__ for parent, _, _ in other_width})),
+                        getattr(other_width[0][2], WIDTH_ATTRIBUTE), width)
+            kept += other_width
         renormalized = name_renormalization(self.model, self.text_config)
         if renormalized is not None:
             logger.info("hf_bridge measured %s's router: its top-k weights are %srenormalized (norm_topk_prob=%s, "
@@ -54,8 +70,26 @@ class HFBridgeMoEMixin(MoEMixin):
         self.transposed_experts = frozenset(
             f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
         )
-        with kept_out(kept):
+        with kept_out(kept), experts_width_read(self.text_config, width):
             super().recursive_replace()
+
+    def _width_misread(self, sites) -> bool:
+        """Whether vLLM's `MoEMixin` would build some of these experts at another width than
+        they declare: it reads the config's width, indexing a list by layer (Ernie 4.5 VL's
+        `moe_intermediate_size=[1536, 512]` is per modality, not per layer)."""
+        configured = getattr_iter(self.text_config, list(VLLM_WIDTH_FIELDS), None)
+        names = {id(module): f"model.{name}" for name, module in self.model.named_modules()}
+        for _, _, module in sites:
+            declared = getattr(module, WIDTH_ATTRIBUTE, None)
+            if not isinstance(declared, int):
+                continue
+            try:
+                read = maybe_per_layer(configured, extract_layer_index(names[id(module)]) if isinstance(configured, list) else 0)
+            except (IndexError, ValueError, AssertionError):  # a list shorter than the depth; no layer index
+                return True
+            if read != declared:
+                return True
+        return False
 
     def _vllm_layout(self, weights):
         """Experts declared `is_transposed` (Aria's grouped GEMM: experts x in x out) turned
@@ -66,6 +100,27 @@ class HFBridgeMoEMixin(MoEMixin):
             mapped = self.hf_to_vllm_mapper.apply_list([name]) if prefixes and tensor.ndim == 3 else []
             transposed = bool(mapped) and mapped[0].startswith(prefixes)
             yield name, tensor.transpose(1, 2) if transposed else tensor
+
+
+@contextmanager
+def experts_width_read(text_config, width: int | None):
+    """vLLM's `MoEMixin` reads `width` while it replaces the experts: the width the experts
+    themselves declare (`experts_of_another_width`), not a config list it would index by
+    layer. The HF model is built already, so only vLLM's layers read it."""
+    field = next((f for f in VLLM_WIDTH_FIELDS if getattr(text_config, f, None) is not None), None)
+    if width is None or field is None:
+        yield
+        return
+    stored, missing = vars(text_config), object()
+    configured = stored.get(field, missing)
+    stored[field] = width  # past a strict config's type check (a list, for Ernie 4.5 VL)
+    try:
+        yield
+    finally:
+        if configured is missing:
+            del stored[field]
+        else:
+            stored[field] = configured
 
 
 def name_top_k(text_config) -> int | None:

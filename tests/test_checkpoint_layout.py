@@ -3,7 +3,10 @@ transformers itself loads (`hf_bridge/checkpoint_layout.py`).
 
 transformers 5 writes the original layout back on save, as the hub holds it: Kimi-K2.5
 fuses q/k/v into `wqkv` with a RoPE permutation (a converter), GLM-ASR nests its text
-model as `language_model.model` (renamings at two scopes). The check runs in a fresh
+model as `language_model.model` (renamings at two scopes), Ernie 4.5 VL stores its text
+and vision experts as one list of per-expert tensors, which transformers splits in two and
+fuses (a converter fed by a wildcard pattern: fed one tensor at a time, it raised
+`stack expects a non-empty TensorList`). The check runs in a fresh
 interpreter: an engine built earlier in this process has decorated the HF classes.
 """
 
@@ -42,7 +45,7 @@ print(json.dumps({
 """
 
 
-@pytest.mark.parametrize("model_type", ["kimi_k25", "glmasr"])
+@pytest.mark.parametrize("model_type", ["kimi_k25", "glmasr", "ernie4_5_vl_moe"])
 def test_original_layout_streams_as_transformers_loads_it(model_type, tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", COMPARE, model_type, str(tmp_path / model_type), "unplaced"], capture_output=True, text=True, timeout=600

@@ -9,6 +9,8 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBl
 
 from hf_bridge.kept_modules import (
     computes_silu,
+    experts_modules,
+    experts_of_another_width,
     experts_with_another_gated_mlp,
     experts_without_routing,
     kept_out,
@@ -98,3 +100,24 @@ def test_experts_kept_as_a_list_of_mlps_are_judged_by_their_first():
     root["gemma"].experts = torch.nn.ModuleList(GemmaMLP(GemmaConfig(**TINY)) for _ in range(2))
     assert [(parent, name) for parent, name, _ in experts_with_another_gated_mlp(root)] == [(root["gemma"], "experts")]
 
+
+
+def test_experts_of_another_width_than_most_are_named():
+    """Ernie 4.5 VL's every MoE layer holds text experts 1536 wide and vision experts 512
+    wide (`moe_intermediate_size=[1536, 512]`, per modality): vLLM's fused-MoE layer takes
+    one width, which it read from that list by layer index (512 for layer 1, an IndexError
+    past layer 1). The vision experts are the ones of another width; experts of one width
+    (Qwen3-MoE's) name nothing."""
+    from transformers import Ernie4_5_VLMoeTextConfig
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeMoeBlock
+
+    config = Ernie4_5_VLMoeTextConfig(**TINY, moe_intermediate_size=[96, 48], moe_num_experts=4, moe_k=2)
+    root = torch.nn.Module()
+    root.layers = torch.nn.ModuleList([Ernie4_5_VLMoeMoeBlock(config) for _ in range(3)])
+    width, other = experts_of_another_width(experts_modules(root))
+    assert width == 96
+    assert [parent for parent, _, _ in other] == [layer.vision_moe for layer in root.layers]
+    qwen = torch.nn.Module()
+    qwen.block = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(**TINY, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48))
+    assert experts_of_another_width(experts_modules(qwen)) == (48, [])
+    assert experts_of_another_width([]) == (None, [])

@@ -53,3 +53,20 @@ def test_lm_head_is_tied_exactly_when_transformers_ties_it(zoo):
     hf_ties = done.stdout.strip().splitlines()[-1] == "True"
     holder = type("ConfigOnly", (), {"config": config})()
     assert HFBridgeForConditionalGeneration._get_tie_word_embeddings(holder) is hf_ties is False
+
+
+def test_vllm_reads_the_experts_own_width_while_it_replaces_them():
+    """vLLM's `MoEMixin` reads `moe_intermediate_size` and indexes a list by layer; Ernie 4.5
+    VL's list is per modality, in a strict config that refuses an int. While the experts are
+    replaced, vLLM reads the width the experts declare; the config is whole again after."""
+    from transformers import Ernie4_5_VLMoeTextConfig
+    from vllm.config.utils import getattr_iter
+
+    from hf_bridge.moe import VLLM_WIDTH_FIELDS, experts_width_read
+
+    config = Ernie4_5_VLMoeTextConfig(moe_intermediate_size=[96, 48])
+    with experts_width_read(config, 96):
+        assert getattr_iter(config, list(VLLM_WIDTH_FIELDS), None) == 96
+    assert config.moe_intermediate_size == [96, 48]
+    with experts_width_read(config, None):
+        assert config.moe_intermediate_size == [96, 48]
