@@ -86,7 +86,8 @@ def worker(impl: str, model_dir: str, cases: list[str], side: int) -> None:
             continue
         problems = parity.compare(reference, got)
         if problems:  # the diagnosis first: the table shows a cell's first problem
-            problems = list(filter(None, [neighbours_diagnosis(model_dir, standard[case], got), *problems]))
+            problems = list(filter(None, [neighbours_diagnosis(model_dir, standard[case], got),
+                                          parity.placeholder_diagnosis(reference, processor), *problems]))
         if problems:  # whether transformers' own float32 rounding could explain it
             try:
                 problems += [p for p in rounding_problems(model_dir, [standard[case]], [reference]) if p]
@@ -142,9 +143,11 @@ def build(model_type: str, cache: Path) -> tuple[Path, int, list[str]]:
 
 
 def unfit_cases(model_dir: Path, cases: list[str]) -> list[str]:
-    """The cases whose transformers continuation is degenerate, or whose float32 reference
-    is ill-conditioned (`parity.rounding_problem`; references stay cached)."""
+    """The cases whose transformers continuation is degenerate or writes a media placeholder
+    (`parity.generated_placeholders`), or whose float32 reference is ill-conditioned
+    (`parity.rounding_problem`; references stay cached)."""
     from hf_bridge.validate import parity
+    from hf_bridge.validate.checkpoint import load_processor
     from hf_bridge.validate.reference import NotApplicable, references, rounding_problems
 
     standard = [parity.standard_cases(64)[c] for c in cases]
@@ -156,7 +159,9 @@ def unfit_cases(model_dir: Path, cases: list[str]) -> list[str]:
         rounding = rounding_problems(model_dir, standard, results)
     except RuntimeError:  # the model does not load in float64: rounding cannot be judged
         rounding = [""] * len(cases)
-    return [c for c, r, p in zip(cases, results, rounding) if not isinstance(r, NotApplicable) and (parity.is_degenerate(r.tokens) or p)]
+    processor = load_processor(model_dir)
+    return [c for c, r, p in zip(cases, results, rounding) if not isinstance(r, NotApplicable)
+            and (parity.is_degenerate(r.tokens) or parity.generated_placeholders(r.tokens, processor) or p)]
 
 
 def sweep_type(model_type: str, cache: Path, results: Path) -> None:
@@ -165,9 +170,9 @@ def sweep_type(model_type: str, cache: Path, results: Path) -> None:
         with results.open("a") as f:
             f.write(json.dumps(entry) + "\n")
 
-    from transformers import AutoConfig
+    from hf_bridge.zoo.shrink import default_config
 
-    if getattr(AutoConfig.for_model(model_type), "is_encoder_decoder", False):
+    if getattr(default_config(model_type), "is_encoder_decoder", False):
         for impl in IMPLS:
             record(impl, "*", "not swept", "encoder-decoder: neither hf_bridge nor vLLM's Transformers backend serves it")
         return

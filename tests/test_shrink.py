@@ -117,6 +117,28 @@ def test_mrope_sections_fit_a_config_that_validates_them():
     assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
 
 
+def test_mrope_sections_keep_the_pairs_the_model_needs_equal():
+    """Ernie 4.5 VL interleaves height and width frequencies, so its two sections must be
+    equal: its code falls back to 22/22/20 where the config declares none, and the shrink's
+    usual 4/6/6 failed in transformers (`stack expects each tensor to be equal size`).
+    Sections whose equal pairs 4/6/6 keeps (Qwen2-VL's 16/24/24, Qwen3-VL's 24/20/20) stay as they were."""
+    default = shrink.default_config("ernie4_5_vl_moe").get_text_config()
+    assert shrink.default_mrope_sections("ernie4_5_vl_moe", default) == [22, 22, 20]
+    text = shrink.make_config("ernie4_5_vl_moe")(_tokenizer("ernie4_5_vl_moe")).get_text_config()
+    sections = text.rope_parameters["mrope_section"]
+    assert sections[0] == sections[1] and sum(sections) == text.hidden_size // text.num_attention_heads // 2
+    for default in ([16, 24, 24], [24, 20, 20]):
+        assert shrink.mrope_sections(text, default) == shrink.mrope_sections(text) == [4, 6, 6]
+
+
+def test_a_tower_of_waveform_frames_takes_the_extractor_frame():
+    """Gemma 4 Unified embeds raw 640-sample frames as audio tokens: its audio config's width
+    is the frame length, which the shrink had cut to 32 (transformers: `mat1 and mat2 shapes
+    cannot be multiplied (25x640 and 32x64)`)."""
+    config, processor = _generic("gemma4_unified")
+    assert config.audio_config.audio_samples_per_token == processor.feature_extractor.audio_samples_per_token == 640
+
+
 def test_audio_tower_reads_the_extractor_mel_bins():
     config = shrink.make_config("glmasr")(_tokenizer("glmasr"))
     processor = shrink.make_processor("glmasr")(_tokenizer("glmasr"))
@@ -200,6 +222,10 @@ def test_a_recipe_writes_each_item_as_its_checkpoints_template_does():
     assert marked in processor.chat_template
     _, processor = _generic("llava")
     assert processor.image_token in processor.chat_template
+    _, processor = _generic("ernie4_5_vl_moe")  # its own start and end markers, per modality
+    for modality in ("image", "video"):
+        marked = [getattr(processor, f"{modality}_{part}") for part in ("start_token", "token", "end_token")]
+        assert "".join(marked) in processor.chat_template
 
 
 def test_the_shrink_builds_transformers_own_config_where_vllm_registered_its_own():

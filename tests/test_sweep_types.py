@@ -11,7 +11,7 @@ name) and Gemma 4 (per-layer head_dim; a video processor that samples 32 frames 
 refuses fewer, which the engine's video budget must ask for; per-layer token embeddings
 carried to the decoder, `token_inputs.py`; an audio tower that feeds linears transposed
 views) and Gemma 4 Unified (image tokens attending both ways, said only by its text
-config, on the CPU through `cpu_media_attention.py`) and Video-LLaVA (a processor that
+config, on the CPU through `cpu_media_attention.py`; audio as raw waveform frames) and Video-LLaVA (a processor that
 returns no token types but lists its image and video tokens, which hf_bridge types by;
 the in-tree backend cannot start it) and Qwen2-Audio (a base model that encodes audio
 inside its forward, with no `get_audio_features`: hf_bridge runs that forward up to its
@@ -42,7 +42,10 @@ in-tree backend cannot start it) and Cosmos3-Edge (a dense model that vLLM's own
 class counts 8 experts in: served without fused experts; a processor that returns token
 types only when asked and reads each video's metadata without asking for it; the in-tree
 backend cannot start it) and MUSE-Glimmer (the same unasked video metadata; the in-tree
-backend serves no video). Each is built
+backend serves no video) and Ernie 4.5 VL (text and vision experts of different widths in
+every MoE layer, each token routed by a `moe_mm_token_type_ids` its processor derives from
+the ids, `token_tables.py`; a checkpoint that stores both sets as one list, which
+transformers splits at load time; the in-tree backend cannot load it). Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge and MUSE-Glimmer add
 what their default configs lack, as their checkpoints have it).
@@ -74,7 +77,8 @@ CASES = {
     "perception_lm": ["video"],
     "aria": ["one_image"],
     "gemma4": ["one_image", "text_only", "audio"],
-    "gemma4_unified": ["two_images"],
+    # its audio tower embeds raw waveform frames (640 samples each)
+    "gemma4_unified": ["two_images", "audio"],
     "video_llava": ["two_images", "video"],
     "qwen3_asr": ["audio"],
     "qwen2_audio": ["audio", "text_only"],
@@ -88,14 +92,17 @@ CASES = {
     # its processor reads each video's metadata without asking for it
     "cosmos3_edge": ["two_images", "video"],
     "muse_glimmer": ["video"],
+    # experts by modality, chosen by a per-token field its processor derives from the ids
+    "ernie4_5_vl_moe": ["one_image", "video"],
 }
 TYPES = list(CASES)
-SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1}
+SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}
 """The seed the sweep's own search (`scripts/sweep.py`: the first seed whose every case is
 non-degenerate and well-conditioned) settles on, so the test runs the checkpoint that
 COVERAGE.md reports (DeepSeek-VL's seeds 0 and 1 repeat one token on one image, and
 seed 2 is unfit in another case; Phi-4-multimodal's seed 0 repeats one token on two
-images). Others: seed 0."""
+images; Gemma 4 Unified's seed 0 writes `<|audio_token|>` on one image,
+`parity.generated_placeholders`). Others: seed 0."""
 LIMITS = {"image": 2, "video": 1, "audio": 1}
 GEMMA4_MOE = Path(__file__).parent / "helpers" / "gemma4_moe.py"
 NO_FLOAT64 = {("gemma4", "audio"): "RuntimeError: expected scalar type Float but found Double"}
@@ -222,6 +229,33 @@ def test_per_layer_token_inputs_in_compiled_mode(generic_checkpoints, engines):
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "audio": 1, "video": 1}, enforce_eager=False)
     cases = parity.standard_cases(64)
     names = ("one_image", "text_only", "two_images")
+    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
+        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+
+
+@pytest.mark.engine
+def test_experts_by_modality_in_compiled_mode(generic_checkpoints, engines):
+    """Ernie 4.5 VL routes each token to text or vision experts by `moe_mm_token_type_ids`,
+    which hf_bridge looks up per token id and hands the decoder; without them, the image
+    positions' prompt log-probs were 1.6 from transformers' (measured). Its text experts
+    (1536 wide) run on vLLM's fused-MoE layer, its vision experts (512 wide, which
+    vLLM's layer would have been given for both) stay transformers'. Its decoder branches
+    on the types, which vLLM's full-graph compile cannot trace: in vLLM's default mode it
+    runs eagerly, and the engine starts and keeps parity."""
+    from transformers import AutoProcessor
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeMoeBlock, Ernie4_5_VLMoeMoeExperts
+
+    model_dir = generic_checkpoints["ernie4_5_vl_moe"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1}, enforce_eager=False)
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    blocks = [m for m in model.modules() if isinstance(m, Ernie4_5_VLMoeMoeBlock)]
+    assert blocks and model.num_moe_layers == len(blocks)
+    assert all(isinstance(b.vision_moe.experts, Ernie4_5_VLMoeMoeExperts) for b in blocks)
+    assert not any(isinstance(b.text_moe.experts, Ernie4_5_VLMoeMoeExperts) for b in blocks)
+    assert list(model.token_table_inputs.lookups) == ["moe_mm_token_type_ids"]
+    cases = parity.standard_cases(64)
+    names = ("two_images", "text_only")
     for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
         assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
 

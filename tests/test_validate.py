@@ -642,3 +642,19 @@ def test_validate_explains_an_encoder_that_reads_its_neighbours_padding(emu3_che
     assert apart and float(apart.group(1)) > 0.1, detail["encoder"]  # transformers' batching, far beyond rounding
     assert detail["decoding"].startswith("greedy tokens differ"), detail["decoding"]
     assert detail["decoding"].endswith(stages.items_alone_diagnosis([])), detail["decoding"]
+
+
+def test_a_generated_media_placeholder_is_found():
+    """The sweep rejects a seed whose reference writes a media placeholder: transformers then
+    marks it as media by id, vLLM embeds it as the plain token (`parity.generated_placeholders`).
+    Gemma 4 Unified's seed 0 wrote `<|audio_token|>` at its seventh token, and its next one
+    differed by 0.58 in log-prob."""
+    from hf_bridge.validate.parity import generated_placeholders
+    from hf_bridge.zoo import shrink
+    from hf_bridge.zoo.tokenizer import build_tokenizer
+
+    spec = shrink.generic_spec("ernie4_5_vl_moe")
+    processor = spec.make_processor(build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes))
+    markers = processor.tokenizer.convert_tokens_to_ids([processor.image_start_token, processor.image_token, processor.video_token])
+    assert generated_placeholders([5, 6, markers[1], 7, markers[2]], processor) == [2, 4]
+    assert generated_placeholders([5, markers[0], 7], processor) == []  # a marker is not a placeholder

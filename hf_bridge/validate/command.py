@@ -259,7 +259,8 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
                 problems, found = parity.compare(reference, got), ""
             detail = "; ".join(problems) or found
             if problems and got is not None and not lenient:
-                detail = "; ".join(filter(None, [detail, neighbours_diagnosis(model_dir, case, got)]))
+                detail = "; ".join(filter(None, [detail, neighbours_diagnosis(model_dir, case, got),
+                                                 parity.placeholder_diagnosis(reference, hf_processor)]))
             if isinstance(exact_result, NotApplicable):
                 detail += f"; not measured against float64: transformers fails in float64 ({exact_result.error})"
             elif exact_result is not None and got is not None:

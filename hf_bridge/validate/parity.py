@@ -21,6 +21,7 @@ import numpy as np
 
 from ..probes import (
     DEFAULT_SAMPLING_RATE,
+    MODALITIES,
     audio_sampling_rate,
     needs_video_metadata,
     video_metadata,
@@ -567,3 +568,24 @@ def _first_difference(a: list[int], b: list[int]) -> int:
 def is_degenerate(tokens: list[int]) -> bool:
     """A continuation with fewer than 3 distinct tokens in 8 proves little."""
     return len(set(tokens[:8])) < 3
+
+
+def generated_placeholders(tokens: list[int], processor: Any) -> list[int]:
+    """Where generated `tokens` hold one of the processor's media placeholders
+    (`<modality>_token`). vLLM marks media by position: a generated placeholder is embedded
+    as the plain token (by every implementation, native ones too), while transformers'
+    forward marks media by id (Gemma 4 embeds such a token as the pad token). A random
+    checkpoint that writes one tests that difference, not parity; trained ones do not."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    names = [getattr(processor, f"{modality}_token", None) for modality in MODALITIES]
+    ids = {tokenizer.convert_tokens_to_ids(name) for name in names if isinstance(name, str) and name}
+    return [i for i, token in enumerate(tokens) if token in ids]
+
+
+def placeholder_diagnosis(reference: Result, processor: Any) -> str:
+    """Why a continuation may differ after transformers wrote a media placeholder ("" where it wrote none)."""
+    written = generated_placeholders(reference.tokens, processor)
+    if not written:
+        return ""
+    return (f"transformers generated a media placeholder at position {written[0]}, which its forward then marks as "
+            "media by id and vLLM embeds as the plain token (`parity.generated_placeholders`)")

@@ -191,6 +191,7 @@ def _muse_glimmer(config, tokenizer) -> None:
 
 
 VISION_MARKED_IMAGE = {"image": "{vision_start_token}{image_token}{vision_end_token}"}
+ITEM_MARKED = {m: f"{{{m}_start_token}}{{{m}_token}}{{{m}_end_token}}" for m in ("image", "video")}
 """An image as Qwen-VL-style templates write it: bare, two images in a row would read as one
 span to the model's M-RoPE positions."""
 GLM4V_CHAT = Override(
@@ -227,6 +228,7 @@ def _granite4_vision(config, tokenizer) -> None:
 RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass, chat_placeholders=VISION_MARKED_IMAGE),
+    **dict.fromkeys(("qwen3_5", "qwen3_5_moe"), Override(chat_placeholders=VISION_MARKED_IMAGE)),
     "cosmos3_edge": Override(chat_placeholders={
         **VISION_MARKED_IMAGE, "video": "{vision_start_token}{video_token}{vision_end_token}"}),
     # its model scatters image features at `<|patch|>` (real checkpoints' `image_token_index`);
@@ -244,7 +246,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
         configure=_perception_lm,
     ),
     # its default draws timestamps on frames with a font file no offline machine has
-    "ernie4_5_vl_moe": Override(sub_processors={"video_processor": dict(draw_on_frames=False)}),
+    "ernie4_5_vl_moe": Override(sub_processors={"video_processor": dict(draw_on_frames=False)}, chat_placeholders=ITEM_MARKED),
     "emu3": Override(
         tokens=("<|extra_200|>", *(f"<|visual token {i:06d}|>" for i in range(EMU3_CODEBOOK))),
         tokenizer_attributes={"image_token": "<image>"},
@@ -262,7 +264,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     # its processor writes 256 tokens per image, what its tower gives at its checkpoints' 1024 px
     "got_ocr2": Override(sub_processors={"image_processor": dict(size={"height": 1024, "width": 1024})}),
     # templates that mark each item: bare, two images in a row read as one span
-    "hunyuan_vl": Override(chat_placeholders={"image": "{image_start_token}{image_token}{image_end_token}"}),
+    "hunyuan_vl": Override(chat_placeholders={"image": ITEM_MARKED["image"]}),
     "paddleocr_vl": Override(tokens=("<|IMAGE_START|>", "<|IMAGE_END|>"),
                              chat_placeholders={"image": "<|IMAGE_START|>{image_token}<|IMAGE_END|>"}),
     **dict.fromkeys(("glm4v", "glm4v_moe", "glm46v"), GLM4V_CHAT),
@@ -305,31 +307,64 @@ def tokens_named_by(processor_cls) -> tuple[list[str], dict[str, str]]:
 MROPE_SECTIONS = (4, 6, 6)
 """M-RoPE's temporal/height/width split of head_dim 32's 16 rotary frequencies."""
 
+SECTIONS_FALLBACK = re.compile(r"""get\(\s*["']mrope_section["']\s*,\s*[\[(]([\d,\s]+)[\])]""")
+"""The sections a model's code falls back to where its config declares none
+(`rope_parameters.get("mrope_section", [22, 22, 20])`)."""
 
-def mrope_sections(text: Any) -> list[int]:
-    """`MROPE_SECTIONS` scaled to the rotary half-dimension (partial rotary included)."""
+
+def mrope_sections(text: Any, default: list[int] | None = None) -> list[int]:
+    """`MROPE_SECTIONS` scaled to the rotary half-dimension (partial rotary included). Where
+    the default sections are equal in pairs that those are not, the default scaled instead: a
+    model may rely on them being equal (Ernie 4.5 VL interleaves height and width, 22/22/20)."""
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     partial = getattr(text, "partial_rotary_factor", None) or text.rope_parameters.get("partial_rotary_factor", 1.0)
     half = int(head_dim * partial) // 2
-    return [section * half // sum(MROPE_SECTIONS) for section in MROPE_SECTIONS]
+    sections = [section * half // sum(MROPE_SECTIONS) for section in MROPE_SECTIONS]
+    if not default or len(default) != len(sections) or _keeps_equal_pairs(default, sections):
+        return sections
+    sections = [section * half // sum(default) for section in default]
+    # the rounding's rest goes to a section equal to no other, so equal pairs stay equal
+    unpaired = [i for i, section in enumerate(default) if default.count(section) == 1] or [len(default) - 1]
+    sections[unpaired[-1]] += half - sum(sections)
+    return sections
+
+
+def _keeps_equal_pairs(default: list[int], sections: list[int]) -> bool:
+    return all(sections[i] == sections[j] for i in range(len(default)) for j in range(i) if default[i] == default[j])
+
+
+def default_mrope_sections(model_type: str, text: Any) -> list[int] | None:
+    """The sections the default config declares, or else the ones the generation class's
+    module, or its text model's, falls back to."""
+    declared = (getattr(text, "rope_parameters", None) or {}).get("mrope_section")
+    if declared:
+        return list(declared)
+    for source in _model_sources(model_type, text):
+        if match := SECTIONS_FALLBACK.search(source):
+            return [int(section) for section in match.group(1).split(",") if section.strip()]
+    return None
+
+
+def _model_sources(model_type: str, text: Any) -> list[str]:
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    classes = [generation_class(model_type), getattr(transformers, str(modeling_auto.MODEL_MAPPING_NAMES.get(text.model_type)), None)]
+    return [inspect.getsource(inspect.getmodule(cls)) for cls in classes if cls is not None]
 
 
 def _reads_mrope_sections(model_type: str, text: Any) -> bool:
     """Whether the default config carries `mrope_section` (its config validates the sum:
     Cosmos3-Edge), or the generation class's module, or its text model's (GLM-4.6V reuses
     GLM-4V's text model), reads it."""
-    import transformers
-    from transformers.models.auto import modeling_auto
-
     if "mrope_section" in (getattr(text, "rope_parameters", None) or {}):
         return True
-    classes = [generation_class(model_type), getattr(transformers, str(modeling_auto.MODEL_MAPPING_NAMES.get(text.model_type)), None)]
-    return any("mrope_section" in inspect.getsource(inspect.getmodule(cls)) for cls in classes if cls is not None)
+    return any("mrope_section" in source for source in _model_sources(model_type, text))
 
 
 def align_towers(config: Any, processor: Any) -> None:
-    """Make each tower's image and patch size (an audio tower's mel bins) the processor's,
-    where the defaults disagree."""
+    """Make each tower's image and patch size (an audio tower's mel bins or waveform frame)
+    the processor's, where the defaults disagree."""
     image_processor = getattr(processor, "image_processor", None)
     height = _output_height(image_processor)
     # Step-3.7's `patch_size` is its local crop's side (504 px); its ViT patch is `vision_patch_size`
@@ -337,9 +372,13 @@ def align_towers(config: Any, processor: Any) -> None:
     patch = patch if isinstance(patch, int) else None
     extractor = getattr(processor, "feature_extractor", None)
     mel_bins = getattr(extractor, "feature_size", None)
+    frame = getattr(extractor, "audio_samples_per_token", None)
     for name, sub in sub_configs(config).items():
         if isinstance(getattr(sub, "num_mel_bins", None), int) and isinstance(mel_bins, int):
             sub.num_mel_bins = mel_bins  # an audio tower reads the extractor's mel bins
+        if isinstance(getattr(sub, "audio_samples_per_token", None), int) and isinstance(frame, int):
+            # one that embeds raw waveform frames, its width their length (Gemma 4 Unified: 640)
+            sub.audio_samples_per_token = frame
         # a second tower named by its view reads that view's size (DeepSeek-VL-Hybrid's
         # `high_res_vision_config`, the processor's `high_res_size`)
         view = name.removesuffix("vision_config") if name.endswith("vision_config") else ""
@@ -538,15 +577,16 @@ def make_config(model_type: str):
         follow_tower_widths(config, widths)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
         fits_mrope = _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict)
+        default_sections = default_mrope_sections(model_type, text) if fits_mrope else None
         if fits_mrope and "mrope_section" in text.rope_parameters:
             # before `rederived`: a config that validates the sections' sum (Cosmos3-Edge) is rebuilt there
-            text.rope_parameters["mrope_section"] = mrope_sections(text)
+            text.rope_parameters["mrope_section"] = mrope_sections(text, default_sections)
         if getattr(config, "text_config", None) is text:
             config.text_config = text = rederived(text)
         if fits_mrope:
             # after: a config whose default RoPE has no sections refuses the key when rebuilt
             # (PaddleOCR-VL), though its model reads them
-            text.rope_parameters["mrope_section"] = mrope_sections(text)
+            text.rope_parameters["mrope_section"] = mrope_sections(text, default_sections)
         for sub in sub_configs(config).values():
             for name in ("out_hidden_size", "projection_dim", "text_hidden_size", "output_dim"):
                 if hasattr(sub, name):
