@@ -53,9 +53,8 @@ class HFBridgeMoEMixin(MoEMixin):
             logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
                         "fused-MoE layer computes", type(otherwise_gated[0][2]).__name__)
             kept += otherwise_gated
-        width, other_width = None, []
-        if self._width_misread([site for site in experts_modules(self.model) if site not in kept]):
-            width, other_width = experts_of_another_width(site for site in experts_modules(self.model) if site not in kept)
+        fused = [site for site in experts_modules(self.model) if site not in kept]
+        width, other_width = experts_of_another_width(fused) if self._width_misread(fused) else (None, [])
         if other_width:
             logger.info("hf_bridge keeps transformers' %s at %s: its experts are %d wide, not the %d of most "
                         "experts here, which vLLM's fused-MoE layers take", type(other_width[0][2]).__name__,

@@ -27,12 +27,14 @@ bidirectional attention) or never hands the model (training labels)."""
 
 PER_TOKEN_SUFFIX = "_ids"
 """How transformers names a per-token input (`input_ids`, `token_type_ids`,
-`moe_mm_token_type_ids`): a forward taking none besides those read elsewhere and its
+`moe_mm_token_type_ids`): a forward taking none besides those read elsewhere and
 positions needs no processor loaded to learn tables."""
+POSITIONS_SUFFIX = "position_ids"
+"""Positions, vLLM's own (`position_ids`) or an item's patches' (Gemma 4's `image_position_ids`)."""
 
 
 def may_take_token_fields(forward_arguments: list[str]) -> bool:
-    return any(name.endswith(PER_TOKEN_SUFFIX) and name not in READ_ELSEWHERE and name != "position_ids"
+    return any(name.endswith(PER_TOKEN_SUFFIX) and not name.endswith(POSITIONS_SUFFIX) and name not in READ_ELSEWHERE
                for name in forward_arguments)
 
 

@@ -67,6 +67,6 @@ def test_processors_without_such_a_field_learn_nothing():
     assert fields == ["second_per_grid_ts"] and learn_token_tables(qwen, fields) == {}
     llava, config = _processor("llava")
     assert token_fields(llava, lambda name: forward_takes(base_model_class(config), name)) == []
-    assert not may_take_token_fields(["input_ids", "position_ids", "mm_token_type_ids", "pixel_values"])
+    assert not may_take_token_fields(["input_ids", "position_ids", "mm_token_type_ids", "pixel_values", "image_position_ids"])
     assert may_take_token_fields(["input_ids", FIELD])
 
