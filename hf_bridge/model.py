@@ -56,7 +56,7 @@ from .head import HFLogitsHead
 from .kept_modules import kept_out, linears_with_own_forward, torch_composites
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
-from .hf_classes import base_model_class, forward_takes, transformers_own_config
+from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .probes import HF_DATA_KEYS
@@ -141,17 +141,15 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         self.per_layer_token_inputs = PerLayerTokenInputs(text_model, max_tokens)
         self.per_layer_token_inputs.install(self.model)
 
-    @cached_property
-    def _token_tables(self) -> dict[str, dict[int, int]]:
+    def _learn_token_tables(self) -> dict[str, dict[int, int]]:
         """`token_tables.py`: per-token inputs the processor derives from the ids alone, for
-        the HF base model (Ernie 4.5 VL's experts chosen by modality); learnt before the
-        model is built, as they decide whether its decoder is compiled."""
+        the HF base model (Ernie 4.5 VL's experts chosen by modality)."""
         from vllm.transformers_utils.processor import cached_processor_from_config
 
         from .processing import hf_processor_class
 
-        base = base_model_class(self.config)
-        if base is None or not may_take_token_fields(list(inspect.signature(base.forward).parameters)):
+        base = type(self.model)
+        if not may_take_token_fields(list(inspect.signature(base.forward).parameters)):
             return {}
         model_config = self.model_config
         processor = cached_processor_from_config(model_config, hf_processor_class(model_config.model, model_config.revision))
@@ -170,14 +168,22 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def _token_table_inputs(self, vllm_config) -> TokenTableInputs | None:
         """The step's table values for the HF base model; the first pipeline rank alone
         has the ids, so one rank must hold every layer."""
-        if not self._token_tables:
+        tables = self._learn_token_tables()
+        if not tables:
             return None
         if self.pp_group.world_size > 1:
-            raise ValueError(errors.token_tables_need_one_pipeline_rank(type(self.model).__name__, list(self._token_tables),
-                                                                         self.pp_group.world_size))
-        inputs = TokenTableInputs(self._token_tables, self.text_config.vocab_size,
+            raise ValueError(errors.token_tables_need_one_pipeline_rank(type(self.model).__name__, list(tables), self.pp_group.world_size))
+        inputs = TokenTableInputs(tables, self.text_config.vocab_size,
                                   vllm_config.scheduler_config.max_num_batched_tokens, next(self.model.parameters()).device)
         inputs.install(self.model)
+        for module in self.model.modules():
+            routed_by = [name for name in tables if forward_takes(type(module), name)]
+            if routed_by and getattr(module, "do_not_compile", True) is False:
+                # vLLM's full-graph compile cannot trace a branch on them (Ernie 4.5 VL's
+                # `if moe_mm_token_type_ids.any()`); the decorator's own switch keeps it eager
+                module.do_not_compile = True
+                logger.warning("hf_bridge runs %s eagerly: its forward takes %s, by which it may branch on data "
+                               "(Ernie 4.5 VL routes tokens to text or vision experts)", type(module).__name__, ", ".join(routed_by))
         return inputs
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
@@ -264,14 +270,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         (`compile_twin.py`). Unless vLLM's in-tree backend has already decorated `cls`
         itself in this process: a twin would wrap its wrapper, and vLLM's decorator
         leaves a class it has marked as it is. A decoder that takes per-layer token
-        embeddings gets their token dimension marked dynamic, as vLLM marks the embeddings';
-        one that takes a token table's values (`token_tables.py`) is left uncompiled."""
-        routed_by = [name for name in self._token_tables if forward_takes(cls, name)]
-        if routed_by and not kwargs.get("is_encoder"):
-            logger.warning("hf_bridge runs %s eagerly: its forward takes %s, by which it may branch on data "
-                           "(Ernie 4.5 VL routes tokens to text or vision experts), and vLLM's full-graph "
-                           "compile cannot trace such a branch", cls.__name__, ", ".join(routed_by))
-            return
+        embeddings gets their token dimension marked dynamic, as vLLM marks the embeddings'."""
         dims = kwargs.get("dynamic_arg_dims")
         if dims is not None and forward_takes(cls, PER_LAYER_INPUTS_ARG):
             kwargs["dynamic_arg_dims"] = {**dims, PER_LAYER_INPUTS_ARG: PER_LAYER_DYNAMIC_DIM}

@@ -240,8 +240,8 @@ def test_experts_by_modality_in_compiled_mode(generic_checkpoints, engines):
     positions' prompt log-probs were 1.6 from transformers' (measured). Its text experts
     (1536 wide) run on vLLM's fused-MoE layer, its vision experts (512 wide, which
     vLLM's layer would have been given for both) stay transformers'. Its decoder branches
-    on the types, which vLLM's full-graph compile cannot trace: in vLLM's default mode it
-    runs eagerly, and the engine starts and keeps parity."""
+    on the types, which vLLM's full-graph compile cannot trace (`Data-dependent branching`,
+    the engine did not start): in vLLM's default mode it runs eagerly, and keeps parity."""
     from transformers import AutoProcessor
     from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeMoeBlock, Ernie4_5_VLMoeMoeExperts
 
@@ -254,6 +254,7 @@ def test_experts_by_modality_in_compiled_mode(generic_checkpoints, engines):
     assert all(isinstance(b.vision_moe.experts, Ernie4_5_VLMoeMoeExperts) for b in blocks)
     assert not any(isinstance(b.text_moe.experts, Ernie4_5_VLMoeMoeExperts) for b in blocks)
     assert list(model.token_table_inputs.lookups) == ["moe_mm_token_type_ids"]
+    assert model.model.language_model.do_not_compile is True  # vLLM's decorator's own switch
     cases = parity.standard_cases(64)
     names = ("two_images", "text_only")
     for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
