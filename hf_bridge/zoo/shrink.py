@@ -203,6 +203,19 @@ GLM4V_CHAT = Override(
 types a video's tokens by the video markers around them."""
 
 
+OVIS2_INDICATORS = ("<IMG_START>", "<IMG_GRID>", "<IMG_COL>", "<IMG_ROW>", "<IMG_END>")
+"""The visual indicator tokens its processor writes around and between an image's tiles,
+in the order its config lists their ids (its checkpoints: 151666-151670)."""
+
+
+def _ovis2(config, tokenizer) -> None:
+    """Its top level repeats the text model's width and vocabulary, and names its visual
+    indicators by id, which the shrink's tokenizer numbers otherwise."""
+    config.hidden_size = config.text_config.hidden_size
+    config.vocab_size = config.text_config.vocab_size
+    config.visual_indicator_token_ids = tokenizer.convert_tokens_to_ids(list(OVIS2_INDICATORS))
+
+
 GRANITE4_VISION_DOWNSAMPLE = "1/2"
 """Queries over window side of its Q-Former projectors: 2x2 patches to one, as its four
 spatial-offset projectors take them."""
@@ -258,6 +271,10 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     # template writes (`<|AUDIO|>`, as real checkpoints' tokenizers leave it)
     "qwen2_audio": Override(tokenizer_attributes={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}),
     "step3p7": Override(configure=_step3p7),
+    # its image atoms are `<IMG_ATOM>` (the config's `image_token_id`; `<image>` is the prompt's
+    # marker); 224 px tiles give its default 256 atoms per tile (384 px is no multiple of 14)
+    "ovis2": Override(tokens=OVIS2_INDICATORS, configure=_ovis2, config_tokens={"image_token_id": "<IMG_ATOM>"},
+                      sub_processors={"image_processor": dict(size={"height": 224, "width": 224})}),
     "phi4_multimodal": Override(configure=_phi4_multimodal),
     "deepseek_ocr2": Override(configure=_deepseek_ocr2),
     "muse_glimmer": Override(configure=_muse_glimmer),
