@@ -191,9 +191,10 @@ def _muse_glimmer(config, tokenizer) -> None:
 
 
 VISION_MARKED_IMAGE = {"image": "{vision_start_token}{image_token}{vision_end_token}"}
-ITEM_MARKED = {m: f"{{{m}_start_token}}{{{m}_token}}{{{m}_end_token}}" for m in ("image", "video")}
 """An image as Qwen-VL-style templates write it: bare, two images in a row would read as one
 span to the model's M-RoPE positions."""
+ITEM_MARKED = {m: f"{{{m}_start_token}}{{{m}_token}}{{{m}_end_token}}" for m in ("image", "video")}
+"""Each item between its modality's own start and end tokens (Ernie 4.5 VL, HunYuan-VL)."""
 GLM4V_CHAT = Override(
     tokens=("<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>"),
     chat_placeholders={"image": "<|begin_of_image|>{image_token}<|end_of_image|>",
