@@ -311,11 +311,35 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         if head_name is not None:
             logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(text_model).__name__)
             run_to_hidden_states(text_model, head_name)
-        sharded = (self.model.tp_plan or {}).keys()
-        with kept_out([*torch_composites(self.model), *linears_with_own_forward(self.model, sharded)]):
-            super().recursive_replace()
+        with self._towers_replicated(text_model):
+            sharded = (self.model.tp_plan or {}).keys()
+            with kept_out([*torch_composites(self.model), *linears_with_own_forward(self.model, sharded)]):
+                super().recursive_replace()
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
+
+    @contextmanager
+    def _towers_replicated(self, text_model: torch.nn.Module | None):
+        """The HF model's tensor-parallel plan without the entries for its towers, while vLLM
+        replaces its layers: the towers' linears are replicated, the text model's sharded as
+        planned. A tower's own plan shards what its attention does not expect sharded (Ernie
+        4.5 VL's splits its fused `qkv` column-wise, then reshapes it to all its heads:
+        `size of tensor a (8) must match the size of tensor b (16)`), and its rows are few
+        beside the decoder's."""
+        text_name = next((name for name, child in self.model.named_children() if child is text_model), None)
+        plan = self.model.tp_plan or {}
+        towers = [pattern for pattern in plan if text_name is not None and not pattern.startswith(f"{text_name}.")]
+        if not towers or self.tp_group.world_size == 1:
+            yield
+            return
+        logger.info("hf_bridge replicates %s's towers across tensor-parallel ranks, not as their plan shards them (%s)",
+                    type(self.model).__name__, ", ".join(towers))
+        kept = self.model._tp_plan
+        self.model._tp_plan = {pattern: style for pattern, style in plan.items() if pattern not in towers}
+        try:
+            yield
+        finally:
+            self.model._tp_plan = kept
 
     def get_language_model(self) -> torch.nn.Module:
         """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the

@@ -56,17 +56,22 @@ def engine_start(model_dir: str) -> None:
 
 
 def tensor_parallel(model_dir: str) -> None:
+    """The standard cases `HF_BRIDGE_TP_CASES` names (one and two images by default), at TP=2."""
+    import dataclasses
+
     from transformers import AutoProcessor
 
     from hf_bridge.validate import parity
     from hf_bridge.validate.engine import make_llm
 
-    llm = make_llm(model_dir, tensor_parallel_size=2, limit_mm_per_prompt={"image": 2})
+    cases = os.environ.get("HF_BRIDGE_TP_CASES", "one_image,two_images").split(",")
     processor = AutoProcessor.from_pretrained(model_dir)
-    for name in ("one_image", "two_images"):
+    limits = {"image": 2, **({"video": 1} if getattr(processor, "video_processor", None) is not None else {})}
+    llm = make_llm(model_dir, tensor_parallel_size=2, limit_mm_per_prompt=limits)
+    for name in cases:
         result = parity.vllm_result(llm, processor, parity.standard_cases(64)[name])
         emit(step=name, ok=True, tokens=result.tokens, prompt_ids=result.prompt_ids,
-             token_logprobs=result.token_logprobs)
+             token_logprobs=result.token_logprobs, result=dataclasses.asdict(result))
 
 
 if __name__ == "__main__":
