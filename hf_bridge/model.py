@@ -15,7 +15,10 @@ vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
 - visual features the HF model adds inside decoder layers (Qwen3-VL's deepstack) reach
   them (`side_features.py`);
 - per-layer embeddings the decoder looks up by token id (Gemma 4's) are looked up where
-  vLLM still has the ids (`token_inputs.py`).
+  vLLM still has the ids (`token_inputs.py`), and so are per-token inputs the processor
+  derives from the ids (Ernie 4.5 VL's expert types, `token_tables.py`);
+- under tensor parallelism the towers are replicated and the text model is sharded as
+  its plan says (`_towers_replicated`).
 """
 
 from __future__ import annotations
