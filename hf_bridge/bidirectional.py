@@ -34,7 +34,7 @@ from vllm.platforms import current_platform
 
 from . import LOGGER_NAME
 from .head import generation_class
-from .hf_classes import base_model_class, forward_takes
+from .hf_classes import base_model_class, forward_reads
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -47,7 +47,7 @@ def uses_bidirectional_mm_attention(config) -> bool:
     """Whether the text config says so, or the HF base model reads `token_type_ids` in its forward."""
     if getattr(config.get_text_config(), "use_bidirectional_attention", None) == BIDIRECTIONAL_WITHIN_MEDIA:
         return True
-    return forward_takes(base_model_class(config), "token_type_ids")
+    return forward_reads(base_model_class(config), "token_type_ids")
 
 
 TEXT_TOKEN_TYPE = 0

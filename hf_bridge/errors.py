@@ -117,8 +117,8 @@ def largest_item_not_processed(modality: str, size: str, processor: Any, error: 
 def media_not_served_per_layer_inputs(modality: str, processor: Any) -> str:
     return (
         f"hf_bridge does not serve {modality} input for this model: its decoder adds per-layer "
-        f"embeddings looked up by token id (`hidden_size_per_layer_input`), and its HF model's "
-        f"forward takes no `per_layer_inputs` to hand them in, while vLLM hands the decoder "
+        f"embeddings looked up by token id (`hidden_size_per_layer_input`), and neither its HF "
+        f"model's forward nor its text model's takes `per_layer_inputs` to hand them in, while vLLM hands the decoder "
         f"embeddings only, which transformers cannot map back to ids at {modality} positions. "
         f"Text prompts are served; remove the {_PLURAL.get(modality, modality)} from the request. "
         f"({type(processor).__name__})"

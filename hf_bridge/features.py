@@ -35,8 +35,8 @@ def encode(
     encodes inline (`encode_inline`)."""
     device = next(hf_model.parameters()).device
     fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
-    projected = modality in _PROJECTED_BY_FORWARD.get(hf_model, ()) and num_embeds is not None  # else the entry counts the rows
-    if projected or encodes_inline(hf_model, hf_model.config, modality):
+    completed = modality in _COMPLETED_BY_FORWARD.get(hf_model, ()) and num_embeds is not None  # else the entry counts the rows
+    if completed or encodes_inline(hf_model, hf_model.config, modality):
         return _inline(hf_model, modality, fields, num_embeds, side_features)
     get_features = features_entry(hf_model, modality)
     accepted = accepted_kwargs(get_features)
@@ -52,20 +52,25 @@ def encode(
     if isinstance(features, torch.Tensor):
         features = [features]
     if features[0].shape[-1] != hidden_size and modality in feature_token_ids(hf_model.config):
-        _PROJECTED_BY_FORWARD.setdefault(hf_model, set()).add(modality)
+        _COMPLETED_BY_FORWARD.setdefault(hf_model, set()).add(modality)
         return _inline(hf_model, modality, fields, num_embeds or sum(f.numel() // f.shape[-1] for f in features), side_features)
     rows = [f.reshape(-1, hidden_size) for f in features]
     rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # one tensor: no copy
+    if num_embeds is not None and rows.shape[0] < num_embeds and modality in feature_token_ids(hf_model.config) and not levels:
+        _COMPLETED_BY_FORWARD.setdefault(hf_model, set()).add(modality)
+        return _inline(hf_model, modality, fields, num_embeds, side_features)
     if side_features is None:
         return rows
     side_features.remember(output)
     return widen(rows, levels)
 
 
-_PROJECTED_BY_FORWARD: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
-"""Per HF model, the modalities whose entry returns rows of another width than the
-decoder's, which its forward projects before placing them (Llama 4 applies its projector
-outside `get_image_features`): encoded inline, through that forward, once seen."""
+_COMPLETED_BY_FORWARD: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
+"""Per HF model, the modalities whose entry returns rows its forward completes before
+placing them: of another width than the decoder's, which it projects (Llama 4 applies its
+projector outside `get_image_features`), or fewer than the item's positions, which it pads
+(Gemma 3n's audio, to its 188 positions with rows of its audio embedder): encoded inline,
+through that forward, once seen."""
 
 
 def _inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int | None, side_features: SideFeatures | None) -> torch.Tensor:
@@ -120,8 +125,9 @@ def encodes_inline(model: Any, config: Any, modality: str) -> bool:
 
 
 class _EmbedsHandedOver(Exception):
-    def __init__(self, inputs_embeds: torch.Tensor | None):
+    def __init__(self, inputs_embeds: torch.Tensor | None, kwargs: dict[str, Any] | None = None):
         self.inputs_embeds = inputs_embeds
+        self.kwargs = kwargs or {}
 
 
 class _DecoderStandIn(torch.nn.Module):
@@ -140,7 +146,7 @@ class _DecoderStandIn(torch.nn.Module):
             return getattr(self.__dict__["decoder"], name)
 
     def forward(self, *args: Any, inputs_embeds: torch.Tensor | None = None, **kwargs: Any) -> None:
-        raise _EmbedsHandedOver(inputs_embeds)
+        raise _EmbedsHandedOver(inputs_embeds, kwargs)
 
 
 class _FirstLayerStandIn(torch.nn.Module):
@@ -173,9 +179,15 @@ def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, An
 
 
 def _embeds_handed_over(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """What the HF model's forward hands on from its embedding step: to its decoder child,
-    or, in a flat model that is its own decoder (Phi-4-multimodal), to its first decoder
-    layer. `forward` is called, not the module: vLLM's compile decorator replaces the
+    handed = handed_to_decoder(hf_model, input_ids, kwargs)
+    return None if handed is None else handed.get("inputs_embeds")
+
+
+def handed_to_decoder(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """What the HF model's forward hands on from its embedding step (`inputs_embeds`, and
+    the decoder's other keyword arguments): to its decoder child, or, in a flat model that
+    is its own decoder (Phi-4-multimodal), to its first decoder layer (its hidden states
+    only). `forward` is called, not the module: vLLM's compile decorator replaces the
     decoder class's `__call__` (a flat model's own), and would trace this call."""
     decoder = hf_model.get_decoder()
     if decoder is hf_model:
@@ -190,7 +202,7 @@ def _embeds_handed_over(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwar
     try:
         hf_model.forward(input_ids=input_ids, **kwargs)
     except _EmbedsHandedOver as handed:
-        return handed.inputs_embeds
+        return {**handed.kwargs, "inputs_embeds": handed.inputs_embeds}
     finally:
         setattr(hf_model, name, kept)
     return None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 
 REMOTE_CODE_PACKAGE = "transformers_modules"
 """Where transformers imports a checkpoint's own code from, once the user trusts it."""
@@ -102,6 +104,19 @@ def transformers_own_config(config, model_config):
         else:
             setattr(own, key, value)
     return own
+
+
+def forward_reads(cls: type | None, argument: str) -> bool:
+    """Whether `cls.forward` takes `argument` and its body reads it (Gemma 3n's base model
+    takes `token_type_ids`, as Gemma 3's does, and never reads them). Where its source cannot
+    be read, taking it counts."""
+    if not forward_takes(cls, argument):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(cls.forward))))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    return any(isinstance(node, ast.Name) and node.id == argument and isinstance(node.ctx, ast.Load) for node in ast.walk(tree))
 
 
 def forward_takes(cls: type | None, argument: str) -> bool:

@@ -1,9 +1,10 @@
 """HF modules kept out of vLLM's layer replacement, which would break them (no vLLM import).
 
 vLLM's Transformers backend swaps every `nn.Linear` for one of its parallel linear
-layers and every `experts` module for its fused-MoE layer. Each swap assumes what the
-module does from its type: a linear map, or experts called with the routing
-(`experts(hidden_states, top_k_index, top_k_weights)`). Modules that do something else
+layers, every `experts` module for its fused-MoE layer, and every module shaped like an
+RMS norm for its RMSNorm. Each swap assumes what the module does from its type or its
+shape: a linear map, experts called with the routing (`experts(hidden_states,
+top_k_index, top_k_weights)`), a norm over the last axis. Modules that do something else
 under that type stay as transformers wrote them; their weights load as plain parameters,
 whole on every tensor-parallel rank.
 """
@@ -79,6 +80,36 @@ def linears_with_own_forward(root: torch.nn.Module, sharded: Iterable[str] = ())
             path = f"{qualified}.{name}" if qualified else name
             if own_forward and not any(p.match(path) for p in patterns):
                 yield parent, name, child
+
+
+def norms_over_another_axis(root: torch.nn.Module) -> Iterator[Site]:
+    """Leaf modules that reduce over another axis than the last (timm's `RmsNorm2d`, over
+    the channels of an NCHW map, in Gemma 3n's MobileNetV5 tower). vLLM's RMSNorm fuser
+    matches their `x * rsqrt(mean(x**2) + eps)` without reading the axis, and its RMSNorm
+    normalizes the last one: the tower raised `size of tensor a (7) must match the size of
+    tensor b (80)`. Judged once per class, from its traced forward."""
+    verdicts: dict[type, bool] = {}
+    for parent in root.modules():
+        for name, child in parent.named_children():
+            if type(child) not in verdicts:
+                verdicts[type(child)] = _reduces_another_axis(child)
+            if verdicts[type(child)]:
+                yield parent, name, child
+
+
+def _reduces_another_axis(module: torch.nn.Module) -> bool:
+    if next(module.children(), None) is not None or not isinstance(getattr(module, "weight", None), torch.Tensor):
+        return False
+    try:
+        graph = torch.fx.symbolic_trace(module).graph
+    except Exception:  # noqa: BLE001 - a forward fx cannot trace is no norm vLLM's fuser matches either
+        return False
+    for node in graph.nodes:
+        if getattr(node.target, "__name__", node.target) == "mean":
+            dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+            if any(axis != -1 for axis in (dim if isinstance(dim, (list, tuple)) else [dim])):
+                return True
+    return False
 
 
 def experts_modules(root: torch.nn.Module) -> Iterator[Site]:

@@ -36,6 +36,8 @@ from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
+from vllm.model_executor.models.utils import maybe_prefix
+from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
 from vllm.model_executor.models.transformers.causal import CausalMixin
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
@@ -55,8 +57,10 @@ from .bidirectional import attends_within_media_on_cpu, report_bidirectional_att
 from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
+from .forward_token_rows import EMBEDS, TokenRows, learn_token_rows
 from .head import HFLogitsHead
-from .kept_modules import kept_out, linears_with_own_forward, torch_composites
+from .kept_modules import kept_out, linears_with_own_forward, norms_over_another_axis, torch_composites
+from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .hf_classes import forward_takes, transformers_own_config
@@ -74,7 +78,7 @@ from .processing import (
 )
 from .placeholders import MODALITY_OF_TYPE
 from .token_inputs import DYNAMIC_DIM as PER_LAYER_DYNAMIC_DIM
-from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, reads_per_layer_token_embeddings
+from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, per_layer_inputs_taker, reads_per_layer_token_embeddings
 from .token_tables import TokenTableInputs, learn_token_tables, may_take_token_fields, token_fields
 from .versions import log_handling
 
@@ -107,8 +111,11 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         if convention is not None:
             self._install_side_features(text_model, convention)
         self.per_layer_token_inputs = None
-        if reads_per_layer_token_embeddings(self.config) and forward_takes(type(self.model), PER_LAYER_INPUTS_ARG):
-            self._install_per_layer_token_inputs(text_model, vllm_config.scheduler_config.max_num_batched_tokens)
+        taker = per_layer_inputs_taker(self.model, text_model)
+        if reads_per_layer_token_embeddings(self.config) and taker is not None:
+            self._install_per_layer_token_inputs(text_model, taker, vllm_config.scheduler_config.max_num_batched_tokens)
+        self.forward_token_rows: dict[str, TokenRows] = {}
+        """Learnt once vLLM has loaded and prepared the weights (`process_weights_after_loading`)."""
         self.token_table_inputs = self._token_table_inputs(vllm_config)
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
@@ -136,13 +143,18 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         self.side_features = SideFeatures(self.text_config.hidden_size, owned, convention)
         self.side_features.install(text_model)
 
-    def _install_per_layer_token_inputs(self, text_model: torch.nn.Module, max_tokens: int) -> None:
+    def _install_per_layer_token_inputs(self, text_model: torch.nn.Module, taker: torch.nn.Module, max_tokens: int) -> None:
         """`token_inputs.py`; the first pipeline rank alone has the ids and input embeddings
         they are computed from, so one rank must hold every layer."""
         if self.pp_group.world_size > 1:
             raise ValueError(errors.per_layer_inputs_need_one_pipeline_rank(type(self.model).__name__, self.pp_group.world_size))
         self.per_layer_token_inputs = PerLayerTokenInputs(text_model, max_tokens)
-        self.per_layer_token_inputs.install(self.model)
+        self.per_layer_token_inputs.install(taker)
+        if taker is text_model and getattr(text_model, "do_not_compile", True) is False:
+            # handed to the compiled module itself, they would be read once, at tracing: its
+            # decoder stays eager (Gemma 4's base model hands them to its compiled decoder as an argument)
+            text_model.do_not_compile = True
+            logger.info("hf_bridge runs %s eagerly: it takes its per-layer inputs from hf_bridge itself", type(text_model).__name__)
 
     def _learn_token_tables(self) -> dict[str, dict[int, int]]:
         """`token_tables.py`: per-token inputs the processor derives from the ids alone, for
@@ -206,6 +218,47 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         """A checkpoint in its model's original layout loads as in transformers."""
         converted = transformers_layout(weights, self.config, self.model, loads_as_is=self._placed_by_vllm)
         return super().load_weights(self._vllm_layout(converted))
+
+    def process_weights_after_loading(self) -> None:
+        """vLLM's model-level hook after loading, once its layers have prepared their weights
+        (the HF forward runs through them here)."""
+        self.forward_token_rows = self._learn_forward_token_rows()
+
+    @torch.no_grad()
+    def _learn_forward_token_rows(self) -> dict[str, TokenRows]:
+        """What the HF forward hands its decoder for each token the tokenizer adds, where it
+        differs from the embedding tables' rows (`forward_token_rows.py`); the first pipeline
+        rank alone embeds."""
+        if not self.pp_group.is_first_rank or self.model.get_decoder() is self.model:
+            return {}  # a flat model's forward is its decoder's
+        from vllm.tokenizers import cached_tokenizer_from_config
+
+        vocab_size = self.text_config.vocab_size
+        added = {i for i in cached_tokenizer_from_config(self.model_config).added_tokens_decoder if i < vocab_size}
+        ordinary = next((i for i in range(vocab_size) if i not in added), None)
+        if not added or ordinary is None:
+            return {}
+        device = next(self.model.parameters()).device
+        ids = torch.tensor([ordinary, *sorted(added)], device=device)
+        tables = {EMBEDS: (self.model.get_input_embeddings()(ids), torch.ones_like(ids, dtype=torch.bool))}
+        if self.per_layer_token_inputs is not None:
+            tables[PER_LAYER_INPUTS_ARG] = self.per_layer_token_inputs.table_rows(ids)
+        try:
+            handed = features.handed_to_decoder(self.model, ids[None], {})
+        except Exception as error:  # noqa: BLE001 - a forward that needs more than ids: tables' rows stand
+            logger.info("hf_bridge embeds every token through %s's tables: its forward cannot run on token ids alone (%s: %s)",
+                        type(self.model).__name__, type(error).__name__, error)
+            return {}
+        learnt, every_token = learn_token_rows(ids, handed or {}, tables, vocab_size)
+        for field in every_token:
+            logger.warning("hf_bridge hands %s's decoder the tables' %s: its forward changes them for every token, which "
+                           "per-token rows cannot follow", type(self.model).__name__, field)
+        for field, rows in learnt.items():
+            logger.info("hf_bridge takes %s for %d token id(s) from %s's forward, which builds them otherwise than its tables",
+                        field, len(rows.rows), type(self.model).__name__)
+        if self.per_layer_token_inputs is not None:
+            self.per_layer_token_inputs.learnt = learnt.get(PER_LAYER_INPUTS_ARG)
+        return learnt
 
     def _placed_by_vllm(self, name: str) -> bool:
         """Whether vLLM's own name mapping takes checkpoint name `name` to a parameter, or to
@@ -287,14 +340,38 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         with built_as(self._compile_twins), super()._mark_model_components(vllm_config):
             yield
 
+    def _create_attention_instances(self, prefix: str = ""):
+        """vLLM's KV-cache layers; a decoder layer that attends over an earlier layer's keys
+        and values reads that layer's cache (`kv_sharing.py`)."""
+        self._kv_sharing_targets = self._shared_kv_caches(prefix)
+        super()._create_attention_instances(prefix)
+
+    def _shared_kv_caches(self, prefix: str) -> dict[str, str]:
+        """Each sharing layer's vLLM layer name -> its source's, for the layers whose HF
+        attention module says it shares and whose source is on this pipeline rank."""
+        modules = {layer: name for layer, (name, _) in self.attention_fusers.items()}
+        targets = {
+            maybe_prefix(prefix, f"{modules[layer]}.{VLLM_ATTN_ATTR}"): maybe_prefix(prefix, f"{modules[source]}.{VLLM_ATTN_ATTR}")
+            for layer, source in kv_sharing_sources(self.text_config).items()
+            if layer in modules and source in modules and getattr(self.get_submodule(modules[layer]), SHARED_LAYER_FLAG, False)
+        }
+        if targets:
+            logger.info("hf_bridge: %d of %d decoder layers attend over an earlier layer's keys and values (%s): they read "
+                        "its KV cache and keep none of their own", len(targets), len(modules), KV_SHARED_LAYERS)
+        return targets
+
     def _get_attn_cls(self):
         """vLLM's layer class, or on a CPU, for a model attending both ways within media
-        items, the same layer on `cpu_media_attention.py`'s backend."""
+        items, the same layer on `cpu_media_attention.py`'s backend; built reading a
+        shared cache where a layer shares one (`_create_attention_instances`)."""
         attn_cls = super()._get_attn_cls()
         if attn_cls is Attention and attends_within_media_on_cpu(self.model_config):
             from .cpu_media_attention import CPUMediaAttention
 
-            return CPUMediaAttention
+            attn_cls = CPUMediaAttention
+        targets = getattr(self, "_kv_sharing_targets", None)
+        if targets and issubclass(attn_cls, Attention):
+            return reading_shared_caches(attn_cls, targets)
         return attn_cls
 
     def _attention_backend(self):
@@ -304,8 +381,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
 
     def recursive_replace(self):
         """vLLM's layer replacement, minus the modules it would break (`kept_modules.py`):
-        torch's own composites (`nn.MultiheadAttention` reads its child's weight directly)
-        and linear layers whose forward does more than the linear map (Llama 4's router).
+        torch's own composites (`nn.MultiheadAttention` reads its child's weight directly),
+        linear layers whose forward does more than the linear map (Llama 4's router) and
+        norms over another axis than the last (timm's `RmsNorm2d`).
         On the CPU, vLLM's layers get their inputs in the layout its kernels take
         (`cpu_linear_inputs.py`). A text model with a generation head of its own runs to
         its hidden states first (`nested_head.py`), so its head is not replaced either."""
@@ -316,7 +394,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             run_to_hidden_states(text_model, head_name)
         with self._towers_replicated(text_model):
             sharded = (self.model.tp_plan or {}).keys()
-            with kept_out([*torch_composites(self.model), *linears_with_own_forward(self.model, sharded)]):
+            kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded), *norms_over_another_axis(self.model)]
+            with kept_out(kept):
                 super().recursive_replace()
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
@@ -406,7 +485,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             self.token_table_inputs.record(input_ids)
         if self.side_features is not None:
             multimodal_embeddings = self.side_features.split(multimodal_embeddings, is_multimodal, input_ids.shape[0])
-        return super().embed_input_ids(input_ids, multimodal_embeddings, is_multimodal=is_multimodal)
+        embeds = super().embed_input_ids(input_ids, multimodal_embeddings, is_multimodal=is_multimodal)
+        learnt = self.forward_token_rows.get(EMBEDS)
+        return embeds if learnt is None else learnt.apply(input_ids, embeds, keep=is_multimodal)
 
     # -- M-RoPE --------------------------------------------------------------------------
 

@@ -7,8 +7,10 @@ embeddings only; given no ids, transformers recovers them by comparing every row
 the whole embedding table: a `[tokens, vocab, hidden]` comparison, beyond any memory at
 real sizes, that fails outright at an image row. So hf_bridge looks the per-layer
 embeddings up where vLLM still has the ids (`embed_input_ids`) and hands them to the HF
-model's forward, which takes them as `per_layer_inputs`. A model whose forward has no
-such argument (Gemma 3n's) serves text only.
+model's forward, which takes them as `per_layer_inputs`, or where the base model's does
+not, to its text model's (Gemma 3n's). Ids whose per-layer rows the forward builds
+otherwise (Gemma 3n's media ranges, past the table's rows) take the forward's own
+(`forward_token_rows.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .forward_token_rows import TokenRows
 from .hf_classes import base_model_class, forward_takes
 from .step_kwargs import hand_step_kwargs
 
@@ -29,6 +32,9 @@ DYNAMIC_DIM = 1
 """Its token dimension, which vLLM's compile decorator must leave dynamic."""
 MEDIA_TOKEN_ID = "pad_token_id"
 """The text config's id whose per-layer embedding media positions get, as in transformers."""
+PER_LAYER_VOCAB_FIELD = "vocab_size_per_layer_input"
+"""transformers' text-config field for the rows of the per-layer table (the vocabulary's
+first ids; Gemma 3n's media ids lie past it)."""
 
 
 def reads_per_layer_token_embeddings(config: Any) -> bool:
@@ -38,7 +44,18 @@ def reads_per_layer_token_embeddings(config: Any) -> bool:
 def media_need_token_ids(config: Any) -> bool:
     """Whether the decoder reads per-layer token embeddings that hf_bridge cannot hand it:
     media positions would then fail, text alone is served."""
-    return reads_per_layer_token_embeddings(config) and not forward_takes(base_model_class(config), PER_LAYER_INPUTS_ARG)
+    takers = (base_model_class(config), base_model_class(config.get_text_config()))
+    return reads_per_layer_token_embeddings(config) and not any(forward_takes(cls, PER_LAYER_INPUTS_ARG) for cls in takers)
+
+
+def per_layer_inputs_taker(hf_model: torch.nn.Module, text_model: torch.nn.Module | None) -> torch.nn.Module | None:
+    """The module hf_bridge hands per-layer inputs: the HF base model where its forward
+    takes them (Gemma 4's passes them on to its text model), else its text model where
+    that takes them (Gemma 3n's base model computes them from ids only)."""
+    for module in (hf_model, text_model):
+        if module is not None and forward_takes(type(module), PER_LAYER_INPUTS_ARG):
+            return module
+    return None
 
 
 class PerLayerTokenInputs:
@@ -53,18 +70,33 @@ class PerLayerTokenInputs:
         takes_embeds = "inputs_embeds" in inspect.signature(self.lookup).parameters
         self.lookup_kwargs = {"inputs_embeds": None} if takes_embeds else {}  # Gemma 4 asks, Gemma 3n does not
         self.media_token_id = getattr(text_model.config, MEDIA_TOKEN_ID, None) or 0
+        self.table_size = getattr(text_model.config, PER_LAYER_VOCAB_FIELD, None) or text_model.config.vocab_size
         row = self._rows(torch.zeros(1, dtype=torch.long, device=next(text_model.parameters()).device))
         self.buffer = row.new_zeros(max_tokens, *row.shape[1:])
+        self.learnt: TokenRows | None = None
+        """The forward's own rows for the ids it gives no table row (`forward_token_rows.py`)."""
 
     def _rows(self, token_ids: torch.Tensor) -> torch.Tensor:
         """`[tokens, layers, width]` for 1-D `token_ids`."""
         return self.lookup(token_ids[None], **self.lookup_kwargs)[0]
 
+    def table_rows(self, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The table's rows for 1-D `token_ids`, and which ids it has a row for (the others
+        read the media id's row here)."""
+        served = token_ids < self.table_size
+        return self._rows(torch.where(served, token_ids, self.media_token_id)), served
+
     def record(self, input_ids: torch.Tensor, is_multimodal: torch.Tensor | None) -> None:
-        """Look up this step's ids, each media position's as the pad id (transformers' rule)."""
+        """Look up this step's ids, each media position's as the pad id (transformers' rule),
+        and the learnt ids' rows as the forward builds them."""
+        lookup = input_ids
         if is_multimodal is not None:
-            input_ids = torch.where(is_multimodal.to(input_ids.device), self.media_token_id, input_ids)
-        rows = self._rows(input_ids)
+            lookup = torch.where(is_multimodal.to(input_ids.device), self.media_token_id, lookup)
+        if self.learnt is not None:
+            lookup = torch.where(self.learnt.covers(input_ids), self.media_token_id, lookup)
+        rows = self._rows(lookup)
+        if self.learnt is not None:
+            rows = self.learnt.apply(input_ids, rows)
         self.buffer[: rows.shape[0]].copy_(rows)
 
     def decoder_kwargs(self, num_tokens: int) -> dict[str, object]:

@@ -70,6 +70,27 @@ def generic(tmp_path_factory):
     return GenericCheckpoints(tmp_path_factory.mktemp("generic"))
 
 
+@pytest.fixture(scope="session")
+def gemma4_variant(tmp_path_factory):
+    """`gemma4_variant(name)` -> the tiny Gemma 4 in one of the forms of
+    `helpers/gemma4_variant.py`, built in a subprocess once per session."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    helper, built = Path(__file__).parent / "helpers" / "gemma4_variant.py", {}
+
+    def variant(name: str):
+        if name not in built:
+            out = tmp_path_factory.mktemp(f"gemma4_{name}") / f"gemma4_{name}"
+            done = subprocess.run([sys.executable, str(helper), name, str(out)], capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, done.stderr[-3000:]
+            built[name] = out
+        return built[name]
+
+    return variant
+
+
 class Engines:
     """One live in-process engine at a time, rebuilt only when its settings change."""
 

@@ -15,6 +15,7 @@ from hf_bridge.kept_modules import (
     experts_without_routing,
     kept_out,
     linears_with_own_forward,
+    norms_over_another_axis,
     torch_composites,
 )
 
@@ -121,3 +122,19 @@ def test_experts_of_another_width_than_most_are_named():
     qwen.block = Qwen3MoeSparseMoeBlock(Qwen3MoeConfig(**TINY, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48))
     assert experts_of_another_width(experts_modules(qwen)) == (48, [])
     assert experts_of_another_width([]) == (None, [])
+
+
+def test_norms_over_another_axis_than_the_last_are_kept():
+    """timm's `RmsNorm2d` (Gemma 3n's MobileNetV5 tower) normalizes an NCHW map over its
+    channels, with the RMS pattern vLLM's fuser matches without reading the axis; vLLM's
+    RMSNorm would normalize the last axis (the tower raised). Norms over the last axis
+    (the decoder's) are left to vLLM."""
+    from timm.layers import RmsNorm2d
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    root = torch.nn.Module()
+    root.tower = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), RmsNorm2d(8), torch.nn.Conv2d(8, 8, 1), RmsNorm2d(8))
+    root.norm = LlamaRMSNorm(8)
+    root.proj = torch.nn.Linear(8, 8)
+    kept = [(parent, name) for parent, name, _ in norms_over_another_axis(root)]
+    assert kept == [(root.tower, "1"), (root.tower, "3")]

@@ -14,6 +14,9 @@ def test_bidirectional_image_attention_is_detected(zoo):
     # Qwen3-VL's does for M-RoPE, so the signature cannot tell
     assert uses_bidirectional_mm_attention(AutoConfig.for_model("gemma4_unified"))
     assert not uses_bidirectional_mm_attention(AutoConfig.for_model("qwen3_vl"))
+    # Gemma 3n's forward takes `token_type_ids`, as Gemma 3's does, and never reads them: its
+    # images attend causally (taken both ways, its one-image prompt log-probs were 1.07 off)
+    assert not uses_bidirectional_mm_attention(AutoConfig.for_model("gemma3n"))
 
 
 def test_attention_over_the_whole_prompt_is_read_from_transformers_own_mask(zoo):
@@ -73,15 +76,15 @@ def test_logits_head_follows_the_hf_class_not_config_fields(zoo):
 
 
 def test_bidirectional_models_are_marked_for_vllms_mm_prefix_attention():
-    """Every detected model gets `is_mm_prefix_lm`, not only those on vLLM's list (Gemma3n
-    is not on it); a checkpoint's own setting is kept; others are left alone."""
-    from transformers import Gemma3nConfig, LlavaConfig
+    """Every detected model gets `is_mm_prefix_lm`, not only those on vLLM's list (Gemma 4
+    Unified is not on it); a checkpoint's own setting is kept; others are left alone."""
+    from transformers import Gemma4UnifiedConfig, LlavaConfig
 
     from hf_bridge.bidirectional import mark_bidirectional
 
-    gemma3n = Gemma3nConfig()
-    assert mark_bidirectional(gemma3n) and gemma3n.is_mm_prefix_lm is True
-    kept = Gemma3nConfig()
+    unified = Gemma4UnifiedConfig()
+    assert mark_bidirectional(unified) and unified.is_mm_prefix_lm is True
+    kept = Gemma4UnifiedConfig()
     kept.is_mm_prefix_lm = False
     assert not mark_bidirectional(kept)
     llava = LlavaConfig()

@@ -50,13 +50,39 @@ def test_heterogeneous_per_layer_sizes_follow_the_shrink():
 
 def test_tables_sized_to_the_vocabulary_shrink_with_it():
     """Gemma 4's per-layer embedding table has a row per token (`vocab_size_per_layer_input`,
-    the full 262k by default): it follows the shrunk vocabulary, and the rebuild keeps it."""
+    the full 262k by default), Gemma 3n's a row per token below its 256 media tokens: each
+    follows the shrunk vocabulary, and the rebuild keeps it (Gemma 3n's tiny checkpoint
+    had been 1 GB of that table)."""
     from transformers import AutoConfig
 
-    text = AutoConfig.for_model("gemma4").get_text_config()
-    shrink.shrink(text, dict(shrink.TEXT_SIZES, vocab_size=500))
+    for model_type in ("gemma4", "gemma3n"):
+        text = AutoConfig.for_model(model_type).get_text_config()
+        assert text.vocab_size_per_layer_input <= text.vocab_size
+        shrink.shrink(text, dict(shrink.TEXT_SIZES, vocab_size=500))
+        text = shrink.rederived(text)
+        assert (text.vocab_size, text.vocab_size_per_layer_input) == (500, 500), model_type
+
+
+def test_layers_that_share_keys_and_values_keep_a_layer_to_share_from():
+    """Gemma 3n's last 15 of 35 layers attend over earlier layers' keys and values. Cut to
+    one layer per kind, no sharing layer had an earlier one of its kind, and transformers
+    refused the model (`'sliding_attention' is not in list`). The shrink repeats the
+    layers once and shares the repeats: each reads its own kind's layer, as the
+    checkpoints' do; a model that shares none keeps its depth."""
+    from transformers import AutoConfig
+
+    from hf_bridge.kv_sharing import kv_sharing_sources
+
+    text = AutoConfig.for_model("gemma3n").get_text_config()
+    assert text.num_kv_shared_layers > 0
+    shrink.shrink(text, shrink.TEXT_SIZES)
     text = shrink.rederived(text)
-    assert (text.vocab_size, text.vocab_size_per_layer_input) == (500, 500)
+    assert text.layer_types == ["sliding_attention", "full_attention"] * 2
+    assert (text.num_hidden_layers, text.num_kv_shared_layers, len(text.activation_sparsity_pattern)) == (4, 2, 4)
+    assert kv_sharing_sources(text) == {2: 0, 3: 1}
+    unshared = AutoConfig.for_model("gemma4").get_text_config()
+    shrink.shrink(unshared, shrink.TEXT_SIZES)
+    assert (unshared.num_hidden_layers, unshared.num_kv_shared_layers) == (2, 0)
 
 
 def test_absent_towers_get_their_default_configs():

@@ -45,7 +45,12 @@ backend cannot start it) and MUSE-Glimmer (the same unasked video metadata; the 
 backend serves no video) and Ernie 4.5 VL (text and vision experts of different widths in
 every MoE layer, each token routed by a `moe_mm_token_type_ids` its processor derives from
 the ids, `token_tables.py`; a checkpoint that stores both sets as one list, which
-transformers splits at load time; the in-tree backend cannot load it). Each is built
+transformers splits at load time; the in-tree backend cannot load it) and Gemma 3n (its
+last layers attend over earlier layers' keys and values, `kv_sharing.py`; media markers its
+forward embeds through its media embedders and per-layer inputs it hands its text model,
+`forward_token_rows.py`; audio padded by its forward to the prompt's 188 positions; a timm
+tower whose norms reduce over channels, kept from vLLM's RMSNorm; the in-tree backend
+cannot start it). Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge and MUSE-Glimmer add
 what their default configs lack, as their checkpoints have it).
@@ -61,7 +66,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -94,6 +98,8 @@ CASES = {
     "muse_glimmer": ["video"],
     # experts by modality, chosen by a per-token field its processor derives from the ids
     "ernie4_5_vl_moe": ["one_image", "video"],
+    # audio padded by its forward beyond what `get_audio_features` returns
+    "gemma3n": ["one_image", "audio"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}
@@ -104,7 +110,6 @@ seed 2 is unfit in another case; Phi-4-multimodal's seed 0 repeats one token on 
 images; Gemma 4 Unified's seed 0 writes `<|audio_token|>` on one image,
 `parity.generated_placeholders`). Others: seed 0."""
 LIMITS = {"image": 2, "video": 1, "audio": 1}
-GEMMA4_MOE = Path(__file__).parent / "helpers" / "gemma4_moe.py"
 NO_FLOAT64 = {("gemma4", "audio"): "RuntimeError: expected scalar type Float but found Double"}
 """Cases whose rounding cannot be measured, because transformers itself fails in float64
 (Gemma 4's audio attention multiplies float64 queries by a float32 tensor): the check
@@ -185,11 +190,8 @@ def test_llama4_keeps_the_modules_vllm_would_break(generic_checkpoints, engines)
 
 
 @pytest.fixture(scope="module")
-def gemma4_moe(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gemma4_moe") / "gemma4_moe"
-    done = subprocess.run([sys.executable, str(GEMMA4_MOE), str(out)], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+def gemma4_moe(gemma4_variant):
+    return gemma4_variant("moe")
 
 
 @pytest.mark.engine
@@ -255,6 +257,37 @@ def test_experts_by_modality_in_compiled_mode(generic_checkpoints, engines):
     assert not any(isinstance(b.text_moe.experts, Ernie4_5_VLMoeMoeExperts) for b in blocks)
     assert list(model.token_table_inputs.lookups) == ["moe_mm_token_type_ids"]
     assert model.model.language_model.do_not_compile is True  # vLLM's decorator's own switch
+    cases = parity.standard_cases(64)
+    names = ("two_images", "text_only")
+    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
+        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+
+
+@pytest.mark.engine
+def test_media_ranges_and_shared_keys_in_compiled_mode(generic_checkpoints, engines):
+    """Gemma 3n embeds the ids of its media ranges (an item's end marker, its soft token)
+    through its image and audio embedders, and gives them id 0's per-layer embedding: the
+    rows its forward hands its decoder for them are taken from that forward. Without them,
+    one image's prompt log-probs were 1.55 (input embeddings) and 1.24 (per-layer inputs)
+    from transformers' (measured). Its text model takes the per-layer inputs, so it runs
+    eagerly; its last two layers read their sources' KV caches. Parity in vLLM's default
+    compiled mode."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.forward_token_rows import EMBEDS
+    from hf_bridge.token_inputs import PER_LAYER_INPUTS_ARG
+
+    model_dir = generic_checkpoints["gemma3n"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "audio": 1}, enforce_eager=False)
+    runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+    model = runner.model
+    config = model.config
+    media = [config.eoi_token_id, config.image_token_id, config.eoa_token_id, config.audio_token_id]
+    for field in (EMBEDS, PER_LAYER_INPUTS_ARG):
+        assert sorted(model.forward_token_rows[field].index.ge(0).nonzero().flatten().tolist()) == sorted(media), field
+    assert model.model.language_model.do_not_compile is True
+    assert len(runner.shared_kv_cache_layers) == 2
     cases = parity.standard_cases(64)
     names = ("two_images", "text_only")
     for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_bridge.token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, media_need_token_ids
+from hf_bridge.token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, media_need_token_ids, per_layer_inputs_taker
 
 MEDIA = slice(2, 5)
 
@@ -26,14 +26,23 @@ def gemma4():
     return Gemma4Model(config).eval()
 
 
-def test_media_need_token_ids_only_where_the_forward_cannot_take_them():
-    """Gemma 4's forward takes `per_layer_inputs`, so its media are served; Gemma 3n's
-    reads the same embeddings and has no such argument; LLaVA reads none."""
-    from transformers import AutoConfig
+def test_media_need_token_ids_only_where_no_forward_can_take_them():
+    """Gemma 4's base model takes `per_layer_inputs` and passes them on; Gemma 3n's builds
+    them from ids alone, and its text model takes them: both are handed them, so their
+    media are served. A config that reads such embeddings while neither forward takes
+    them serves text only; LLaVA reads none."""
+    from transformers import AutoConfig, Gemma3nModel, Gemma4Model
 
     assert not media_need_token_ids(AutoConfig.for_model("gemma4"))
-    assert media_need_token_ids(AutoConfig.for_model("gemma3n"))
+    assert not media_need_token_ids(AutoConfig.for_model("gemma3n"))
     assert not media_need_token_ids(AutoConfig.for_model("llava"))
+    reads_them = AutoConfig.for_model("llava")
+    reads_them.text_config.hidden_size_per_layer_input = 8
+    assert media_need_token_ids(reads_them)
+    with torch.device("meta"):
+        gemma4, gemma3n = Gemma4Model(AutoConfig.for_model("gemma4")), Gemma3nModel(AutoConfig.for_model("gemma3n"))
+    assert per_layer_inputs_taker(gemma4, gemma4.language_model) is gemma4
+    assert per_layer_inputs_taker(gemma3n, gemma3n.language_model) is gemma3n.language_model
 
 
 def test_carried_inputs_give_the_hf_forward_from_ids(gemma4):

@@ -658,3 +658,24 @@ def test_a_generated_media_placeholder_is_found():
     markers = processor.tokenizer.convert_tokens_to_ids([processor.image_start_token, processor.image_token, processor.video_token])
     assert generated_placeholders([5, 6, markers[1], 7, markers[2]], processor) == [2, 4]
     assert generated_placeholders([5, markers[0], 7], processor) == []  # a marker is not a placeholder
+
+
+def test_rows_the_forward_pads_are_counted_as_the_forward_places_them(generic):
+    """Gemma 3n's `get_audio_features` returns fewer rows (7 here) than its prompt's 188
+    audio positions, and its forward pads them: the processing stage had reported that
+    transformers itself could not run the case. The count is the forward's; a count the
+    entry gives as many rows for stands as it was."""
+    import torch
+    from transformers import AutoProcessor, Gemma3nForConditionalGeneration
+
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.encoder import hf_rows
+
+    model_dir = generic("gemma3n")
+    model = Gemma3nForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    cases = [parity.standard_cases(64)[name] for name in ("audio", "one_image")]
+    rows, counts, _ = hf_rows(model, processor, cases, feature_token_ids(model.config))
+    assert counts == {"audio": 188, "one_image": 256}
+    assert {name: rows[name].shape[0] for name in counts} == counts

@@ -130,10 +130,12 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     """How many rows the HF model's own `get_<modality>_features` returns for the case's
     items (hf_bridge's `features.encode`, which calls exactly that): what the processor's
     placeholders must announce. Asked directly, so a processor that announces more than
-    the tower gives is measured, where the model's forward would only raise."""
+    the tower gives is measured, where the model's forward would only raise. Where the
+    entry gives fewer rows than the prompt has positions and the forward fills them all
+    (Gemma 3n pads its audio to 188 rows), the forward's count stands."""
     import torch
 
-    from ..features import encode, encodes_inline
+    from ..features import encode, encodes_inline, feature_token_ids
 
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
@@ -141,9 +143,21 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     if inline:
         return f"{type(model).__name__} encodes {', '.join(inline)} inline, with no entry to ask: its forward checks the count against the prompt"
     fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
+    prompt, tokens = inputs["input_ids"][0].tolist(), feature_token_ids(model.config)
+
+    def count(modality: str) -> int:
+        rows = encode(model, modality, fields, hidden).shape[0]
+        positions = prompt.count(tokens[modality]) if modality in tokens else 0
+        if rows < positions:
+            try:
+                rows = encode(model, modality, fields, hidden, num_embeds=positions).shape[0]
+            except Exception:  # noqa: BLE001 - the forward checks the count and raises: the entry's stands
+                pass
+        return rows
+
     try:
         with torch.no_grad():
-            return sum(encode(model, m, fields, hidden).shape[0] for m in case.media_counts)
+            return sum(count(m) for m in case.media_counts)
     except Exception as error:  # noqa: BLE001 - reported: the count could not be taken
         return f"get_*_features raised {type(error).__name__}: {error}"
 

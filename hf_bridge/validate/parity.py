@@ -588,4 +588,4 @@ def placeholder_diagnosis(reference: Result, processor: Any) -> str:
     if not written:
         return ""
     return (f"transformers generated a media placeholder at position {written[0]}, which its forward then marks as "
-            "media by id and vLLM embeds as the plain token (`parity.generated_placeholders`)")
+            "media by id, while vLLM marks media by position (`parity.generated_placeholders`)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hf_classes import transformers_config_class
+from ..kv_sharing import KV_SHARED_LAYERS
 from .specs import ZooSpec
 
 TEXT_SIZES = dict(
@@ -64,6 +65,9 @@ class Override:
 
     tokens: tuple[str, ...] = ()
     """Extra special tokens (e.g. a VQ codebook's image tokens)."""
+    last_tokens: tuple[str, ...] = ()
+    """Tokenizer attributes (`image_token`, ...) whose tokens get the vocabulary's last ids,
+    in this order (where a model reads ranges of ids: Gemma 3n's)."""
     tokenizer_attributes: dict[str, str] = field(default_factory=dict)
     """Tokens the model looks up by their exact string (Emu3's `<image>`)."""
     sub_processors: dict[str, dict] = field(default_factory=dict)
@@ -84,6 +88,11 @@ class Override:
 
 
 EMU3_CODEBOOK = 16
+MOBILENETV5_CHANNELS = 0.125
+"""timm's channel multiplier for Gemma 3n's MobileNetV5 tower."""
+GEMMA3N_MEDIA_TOKENS = ("eoi_token", "image_token", "eoa_token", "audio_token")
+"""Gemma 3n's image range (its checkpoints' `<end_of_image>` 262144, `<image_soft_token>`
+262145, of 128 ids), then its audio range (262272, 262273, of 128), at the vocabulary's end."""
 
 
 def _emu3(config, tokenizer) -> None:
@@ -110,6 +119,25 @@ def _perception_lm(config, tokenizer) -> None:
         model_args=dict(embed_dim=32, depth=2, num_heads=2, img_size=PERCEPTION_LM_TILE),
     )
     config.projector_pooling_ratio = 2
+
+
+def _gemma3n(config, tokenizer) -> None:
+    """Its tower is timm's MobileNetV5 encoder, whose width no config field sets: it always
+    gives the default 2048 features, which the shrink's width would not match. Its blocks
+    are thinned instead (300M parameters to 16M).
+
+    Its forward reads ranges of ids, as its checkpoints lay them out: the vocabulary's last
+    ids are media tokens, which its image and audio embedders embed (an item's end marker
+    and its soft token), and which read no per-layer embedding of their own. The shrink
+    keeps that layout, two ids per range (`GEMMA3N_MEDIA_TOKENS`)."""
+    vision = config.vision_config
+    vision.hidden_size = type(vision)().hidden_size
+    vision.model_args = dict(channel_multiplier=MOBILENETV5_CHANNELS)
+    ids = tokenizer.convert_tokens_to_ids([getattr(tokenizer, name) for name in GEMMA3N_MEDIA_TOKENS])
+    assert ids == list(range(len(tokenizer) - len(ids), len(tokenizer))), ids
+    for tower, (first, _) in zip((config.vision_config, config.audio_config), (ids[:2], ids[2:])):
+        tower.vocab_offset, tower.vocab_size = first, 2
+    config.text_config.vocab_size_per_layer_input = ids[0]
 
 
 def _cohere_compass(config, tokenizer) -> None:
@@ -272,6 +300,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     # template writes (`<|AUDIO|>`, as real checkpoints' tokenizers leave it)
     "qwen2_audio": Override(tokenizer_attributes={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}),
     "step3p7": Override(configure=_step3p7),
+    "gemma3n": Override(configure=_gemma3n, last_tokens=GEMMA3N_MEDIA_TOKENS, init_std=0.125),
     # its image atoms are `<IMG_ATOM>` (the config's `image_token_id`; `<image>` is the prompt's
     # marker); 224 px tiles give its default 256 atoms per tile (384 px is no multiple of 14)
     "ovis2": Override(tokens=OVIS2_INDICATORS, configure=_ovis2, config_tokens={"image_token_id": "<IMG_ATOM>"},
@@ -458,20 +487,38 @@ def shrink(config: Any, sizes: dict) -> None:
             indexes = getattr(config, name, None)
             if isinstance(indexes, (list, tuple)) and indexes and max(indexes) >= layers:
                 setattr(config, name, [layers - 1])  # the last layer keeps the kind
+        if (getattr(config, KV_SHARED_LAYERS, 0) or 0) > 0:
+            layers = share_second_half_kv(config)
     if per_layer:
         config.per_layer_config = shrink_per_layer_config(
             per_layer, old, {name: getattr(config, name) for name in old}, old_layer_types, list(getattr(config, "layer_types", None) or []), layers
         )
 
 
+def share_second_half_kv(config: Any) -> int:
+    """Repeat the shrunk decoder's layers once and let the repeats attend over the first
+    half's keys and values (`num_kv_shared_layers`), each its own kind's, as Gemma 3n's
+    and Gemma 4's small checkpoints share their last layers'. Cut to one layer per kind,
+    no shared layer had an earlier one of its kind (`'sliding_attention' is not in list`).
+    Returns the new depth."""
+    depth = config.num_hidden_layers
+    for name, value in list(vars(config).items()):
+        if isinstance(value, list) and len(value) == depth and not name.startswith("_"):
+            setattr(config, name, value * 2)
+    config.num_hidden_layers = 2 * depth
+    setattr(config, KV_SHARED_LAYERS, depth)
+    return 2 * depth
+
+
 def vocabulary_twins(config: Any) -> list[str]:
-    """Other `vocab_size_*` fields sized to the same vocabulary (Gemma 4's per-layer
-    embedding table, `vocab_size_per_layer_input`): they shrink with it, or that table
-    keeps its full 262k rows, half a gigabyte in a tiny checkpoint."""
+    """Other `vocab_size_*` fields sized to the vocabulary or its first ids (Gemma 4's
+    per-layer embedding table, `vocab_size_per_layer_input`, covers all of it; Gemma 3n's
+    the ids below its media tokens): they shrink with it, or that table keeps its full
+    262k rows, a gigabyte in a tiny checkpoint."""
     vocab_size = getattr(config, "vocab_size", None)
     return [
         name for name, value in vars(config).items()
-        if name.startswith("vocab_size_") and isinstance(vocab_size, int) and value == vocab_size
+        if name.startswith("vocab_size_") and isinstance(vocab_size, int) and isinstance(value, int) and value <= vocab_size
     ]
 
 
@@ -583,12 +630,16 @@ def tower_configs(config: Any, text: Any) -> list[Any]:
     return found
 
 
-def make_config(model_type: str):
+def make_config(model_type: str, text_settings: dict[str, Any] | None = None):
+    """`text_settings`: text-config values a checkpoint of the type may hold instead of
+    transformers' defaults, set before the shrink (as the original sizes they are)."""
     def make(tokenizer):
         config = default_config(model_type)
         use_own_text_config(config, model_type)
         build_absent_towers(config)
         text = config.get_text_config()
+        for name, value in (text_settings or {}).items():
+            setattr(text, name, value)
         widths = {name: getattr(sub, "hidden_size", None) for name, sub in sub_configs(config).items() if sub is not text}
         for sub in tower_configs(config, text):
             shrink(sub, VISION_SIZES)
@@ -743,15 +794,20 @@ def point_token_fields(config: Any, processor: Any, tokenizer: Any) -> None:
                 setattr(cfg, name, token_id)
 
 
-def generic_spec(model_type: str) -> ZooSpec:
+def generic_spec(model_type: str, text_settings: dict[str, Any] | None = None) -> ZooSpec:
     cls = processor_class(model_type)
     special, attributes = tokens_named_by(cls)
     override = RECIPE_OVERRIDES.get(model_type, Override())
     attributes.update(override.tokenizer_attributes)
     special = list(dict.fromkeys([*special, *override.tokens, *override.tokenizer_attributes.values()]))
+    # the tokenizer adds its attributes' tokens first, in their order, then the other tokens
+    attributes = {name: token for name, token in attributes.items() if name not in override.last_tokens} | {
+        name: attributes[name] for name in override.last_tokens}
+    last = list(attributes.values())[-len(override.last_tokens):] if override.last_tokens else []
+    special = [token for token in special if token not in last] + last
     return ZooSpec(
         name=f"sweep-{model_type}",
-        make_config=make_config(model_type),
+        make_config=make_config(model_type, text_settings),
         make_processor=make_processor(model_type),
         special_tokens=special,
         tokenizer_attributes=attributes,

@@ -1,0 +1,77 @@
+"""Rows the HF forward hands its decoder for some token ids in place of its tables' rows
+(no vLLM import).
+
+vLLM embeds every prompt token through the text model's embedding table, and hf_bridge
+looks per-layer embeddings up in theirs (`token_inputs.py`). An HF forward may build some
+ids' rows otherwise: Gemma 3n's embeds the ids of its media ranges (an item's end marker,
+its soft token) through its image and audio embedders, and gives them id 0's per-layer
+embedding. Those ids are tokens the tokenizer adds, so hf_bridge asks the forward once,
+after loading, what it hands its decoder for each added token (`features.handed_to_decoder`),
+keeps the rows that differ from the tables' (`learn_token_rows`), and puts them in place
+of the tables' rows at every step (`TokenRows.apply`), generated tokens included, as
+transformers' forward does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+EMBEDS = "inputs_embeds"
+"""The field holding the input embeddings the forward hands its decoder."""
+
+
+@dataclass
+class TokenRows:
+    """Rows by token id: `index[id]` is the row of `rows` an id takes, -1 where the
+    tables' row stands."""
+
+    index: torch.Tensor
+    rows: torch.Tensor
+
+    @classmethod
+    def of(cls, ids: torch.Tensor, rows: torch.Tensor, vocab_size: int) -> TokenRows:
+        index = torch.full((vocab_size,), -1, dtype=torch.long, device=rows.device)
+        index[ids.to(rows.device)] = torch.arange(len(ids), device=rows.device)
+        return cls(index, rows)
+
+    def covers(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.index.to(input_ids.device)[input_ids] >= 0
+
+    def apply(self, input_ids: torch.Tensor, values: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """`values` (the tables' rows for 1-D `input_ids`, one per id) with the learnt ids'
+        rows in their place, except where `keep` (media positions, whose rows are the
+        encoder's)."""
+        found = self.index.to(input_ids.device)[input_ids]
+        replace = found >= 0 if keep is None else (found >= 0) & ~keep.to(found.device)
+        learnt = self.rows.to(values.device, values.dtype)[found.clamp(min=0)]
+        return torch.where(replace.view(-1, *[1] * (values.dim() - 1)), learnt, values)
+
+
+def learn_token_rows(
+    ids: torch.Tensor,
+    handed: Mapping[str, torch.Tensor],
+    tables: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    vocab_size: int,
+) -> tuple[dict[str, TokenRows], list[str]]:
+    """For each field of `tables`, the ids among 1-D `ids` whose row the forward handed its
+    decoder (`handed[field]`, one row per id) differs from the tables' row
+    (`tables[field]`: the rows, and where the tables have a row for the id at all).
+
+    `ids[0]` is an ordinary token: a field whose row differs there too is one the forward
+    changes for every token (a scale applied outside the table), which per-id rows cannot
+    reproduce; such fields are returned second, unlearnt."""
+    learnt, every_token = {}, []
+    for field, (rows, served) in tables.items():
+        given = handed.get(field)
+        if given is None:
+            continue
+        given = given.reshape(rows.shape).to(rows.dtype)
+        differs = ~served.to(rows.device) | (given != rows).flatten(1).any(1)
+        if differs[0]:
+            every_token.append(field)
+        elif differs.any():
+            learnt[field] = TokenRows.of(ids.to(rows.device)[differs], given[differs].clone(), vocab_size)
+    return learnt, every_token
