@@ -16,7 +16,11 @@ vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
   them (`side_features.py`);
 - per-layer embeddings the decoder looks up by token id (Gemma 4's) are looked up where
   vLLM still has the ids (`token_inputs.py`), and so are per-token inputs the processor
-  derives from the ids (Ernie 4.5 VL's expert types, `token_tables.py`);
+  derives from the ids (Ernie 4.5 VL's expert types, `token_tables.py`) and the rows the
+  HF forward builds for some ids otherwise than its tables (Gemma 3n's media markers,
+  `forward_token_rows.py`);
+- decoder layers that attend over an earlier layer's keys and values read its KV cache
+  (`kv_sharing.py`);
 - under tensor parallelism the towers are replicated and the text model is sharded as
   its plan says (`_towers_replicated`).
 """

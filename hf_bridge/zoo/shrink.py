@@ -134,9 +134,10 @@ def _gemma3n(config, tokenizer) -> None:
     vision.hidden_size = type(vision)().hidden_size
     vision.model_args = dict(channel_multiplier=MOBILENETV5_CHANNELS)
     ids = tokenizer.convert_tokens_to_ids([getattr(tokenizer, name) for name in GEMMA3N_MEDIA_TOKENS])
-    assert ids == list(range(len(tokenizer) - len(ids), len(tokenizer))), ids
-    for tower, (first, _) in zip((config.vision_config, config.audio_config), (ids[:2], ids[2:])):
-        tower.vocab_offset, tower.vocab_size = first, 2
+    if ids != list(range(len(tokenizer) - len(ids), len(tokenizer))):
+        raise ValueError(f"Gemma 3n's media tokens must take the vocabulary's last ids (`last_tokens`), not {ids}")
+    config.vision_config.vocab_offset, config.audio_config.vocab_offset = ids[0], ids[2]
+    config.vision_config.vocab_size = config.audio_config.vocab_size = 2
     config.text_config.vocab_size_per_layer_input = ids[0]
 
 
