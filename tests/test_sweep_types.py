@@ -163,6 +163,12 @@ def test_media_one_forward_encodes_together_are_refused_together(generic_checkpo
     assert parity.compare(reference, parity.vllm_result(llm, processor, audio)) == []
 
 
+def assert_standard_cases_keep_parity(llm, processor, model_dir, names: tuple[str, ...]) -> None:
+    cases = parity.standard_cases(64)
+    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
+        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+
+
 def modalities(processor) -> set[str]:
     subs = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
     return {m for m, attribute in subs.items() if getattr(processor, attribute, None) is not None}
@@ -229,10 +235,7 @@ def test_per_layer_token_inputs_in_compiled_mode(generic_checkpoints, engines):
     model_dir = generic_checkpoints["gemma4"]
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "audio": 1, "video": 1}, enforce_eager=False)
-    cases = parity.standard_cases(64)
-    names = ("one_image", "text_only", "two_images")
-    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
-        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+    assert_standard_cases_keep_parity(llm, processor, model_dir, ("one_image", "text_only", "two_images"))
 
 
 @pytest.mark.engine
@@ -257,10 +260,7 @@ def test_experts_by_modality_in_compiled_mode(generic_checkpoints, engines):
     assert not any(isinstance(b.text_moe.experts, Ernie4_5_VLMoeMoeExperts) for b in blocks)
     assert list(model.token_table_inputs.lookups) == ["moe_mm_token_type_ids"]
     assert model.model.language_model.do_not_compile is True  # vLLM's decorator's own switch
-    cases = parity.standard_cases(64)
-    names = ("two_images", "text_only")
-    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
-        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+    assert_standard_cases_keep_parity(llm, processor, model_dir, ("two_images", "text_only"))
 
 
 @pytest.mark.engine
@@ -288,10 +288,7 @@ def test_media_ranges_and_shared_keys_in_compiled_mode(generic_checkpoints, engi
         assert sorted(model.forward_token_rows[field].index.ge(0).nonzero().flatten().tolist()) == sorted(media), field
     assert model.model.language_model.do_not_compile is True
     assert len(runner.shared_kv_cache_layers) == 2
-    cases = parity.standard_cases(64)
-    names = ("two_images", "text_only")
-    for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):
-        assert parity.compare(reference, parity.vllm_result(llm, processor, cases[name])) == [], name
+    assert_standard_cases_keep_parity(llm, processor, model_dir, ("two_images", "text_only"))
 
 
 @pytest.mark.engine
