@@ -70,6 +70,7 @@ from .moe import HFBridgeMoEMixin
 from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
+from .step_kwargs import keep_eager
 from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
@@ -154,10 +155,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             raise ValueError(errors.per_layer_inputs_need_one_pipeline_rank(type(self.model).__name__, self.pp_group.world_size))
         self.per_layer_token_inputs = PerLayerTokenInputs(text_model, max_tokens)
         self.per_layer_token_inputs.install(taker)
-        if taker is text_model and getattr(text_model, "do_not_compile", True) is False:
-            # handed to the compiled module itself, they would be read once, at tracing: its
-            # decoder stays eager (Gemma 4's base model hands them to its compiled decoder as an argument)
-            text_model.do_not_compile = True
+        # handed to the compiled module itself, they would be read once, at tracing: its
+        # decoder stays eager (Gemma 4's base model hands them to its compiled decoder as an argument)
+        if taker is text_model and keep_eager(text_model):
             logger.info("hf_bridge runs %s eagerly: it takes its per-layer inputs from hf_bridge itself", type(text_model).__name__)
 
     def _learn_token_tables(self) -> dict[str, dict[int, int]]:
@@ -197,10 +197,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         inputs.install(self.model)
         for module in self.model.modules():
             routed_by = [name for name in tables if forward_takes(type(module), name)]
-            if routed_by and getattr(module, "do_not_compile", True) is False:
-                # vLLM's full-graph compile cannot trace a branch on them (Ernie 4.5 VL's
-                # `if moe_mm_token_type_ids.any()`); the decorator's own switch keeps it eager
-                module.do_not_compile = True
+            # vLLM's full-graph compile cannot trace a branch on them (Ernie 4.5 VL's
+            # `if moe_mm_token_type_ids.any()`); the decorator's own switch keeps it eager
+            if routed_by and keep_eager(module):
                 logger.warning("hf_bridge runs %s eagerly: its forward takes %s, by which it may branch on data "
                                "(Ernie 4.5 VL routes tokens to text or vision experts)", type(module).__name__, ", ".join(routed_by))
         return inputs

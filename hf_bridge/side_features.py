@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from . import LOGGER_NAME
-from .step_kwargs import hand_step_kwargs
+from .step_kwargs import hand_step_kwargs, keep_eager
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -172,9 +172,8 @@ class SideFeatures:
     def install(self, language_model: torch.nn.Module) -> None:
         """Hand the features to the text model on its next call (the HF model passes None)."""
         hand_step_kwargs(language_model, self.decoder_kwargs)
-        if getattr(language_model, "do_not_compile", True) is False:
-            # vLLM's compile decorator traces `forward` once, on a profiling step without
-            # side features, and replays that graph without re-checking Python state: the
-            # features would never reach the decoder. Its own switch keeps this decoder eager.
-            language_model.do_not_compile = True
+        # vLLM's compile decorator traces `forward` once, on a profiling step without side
+        # features, and replays that graph without re-checking Python state: the features
+        # would never reach the decoder. Its own switch keeps this decoder eager.
+        if keep_eager(language_model):
             logger.info("hf_bridge runs %s eagerly: its side features change from step to step", type(language_model).__name__)

@@ -23,3 +23,16 @@ def hand_step_kwargs(module: torch.nn.Module, step_kwargs: Callable[[int], dict[
         return forward(*args, **kwargs)
 
     module.forward = forward_with_step_kwargs
+
+
+COMPILE_SWITCH = "do_not_compile"
+"""vLLM's compile decorator's own switch: a decorated module that sets it runs eagerly."""
+
+
+def keep_eager(module: torch.nn.Module) -> bool:
+    """Switch vLLM's compile decorator off for `module` (its graph would read step arguments
+    once, at tracing, or cannot trace a branch on them); True where it was compiled until now."""
+    if getattr(module, COMPILE_SWITCH, True) is not False:
+        return False
+    setattr(module, COMPILE_SWITCH, True)
+    return True
