@@ -1,4 +1,5 @@
-"""Attention terms and decoder state vLLM's paged attention cannot carry: refused, never dropped.
+"""Attention terms vLLM's paged attention cannot apply: refused, never dropped; and the
+decoder layers that carry a state, which it cannot hold.
 
 transformers' attention interface hands each call a model's own terms beside q, k and v:
 a relative-position bias added to the scores (Inkling's `position_bias`), the key blocks a
@@ -15,8 +16,9 @@ every GPU engine; the CPU's eager mode skips it, so there the first request).
 A decoder layer may also keep a convolution or recurrent state from one step to the next
 (linear attention, LFM2's short convolutions, Inkling's `hybrid` layers), which
 transformers caches beside the keys and values and vLLM's paged KV cache cannot hold:
-each step would see its own tokens only. `layers_with_carried_state` finds them with
-transformers' own reading of the config. No vLLM import here.
+served as attention, each step would see its own tokens only. `layers_with_carried_state`
+finds them with transformers' own reading of the config; hf_bridge gives them vLLM's
+per-request state slots (`state_layers.py`), or refuses them by name. No vLLM import here.
 """
 
 from __future__ import annotations

@@ -239,11 +239,47 @@ def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
     )
 
 
+def _layer_list(layers: list[tuple[int, str]]) -> str:
+    return ", ".join(f"{index} ({kind})" for index, kind in layers[:4]) + (", ..." if len(layers) > 4 else "")
+
+
 def layers_with_carried_state(layers: list[tuple[int, str]], model_type: str) -> str:
-    where = ", ".join(f"{index} ({kind})" for index, kind in layers[:4]) + (", ..." if len(layers) > 4 else "")
     return (
         f"{len(layers)} decoder layer(s) of this {model_type} model keep a convolution or recurrent state "
-        f"from one step to the next (layers {where}), which transformers caches beside the keys and "
-        f"values and vLLM's paged KV cache cannot hold: served by the Transformers backend, each step "
-        f"would see only its own tokens. {NATIVE_OR_TRANSFORMERS}"
+        f"from one step to the next (layers {_layer_list(layers)}), which transformers caches beside the keys and "
+        f"values. hf_bridge keeps such a state per request where one module of the layer takes "
+        f"transformers' cache; in these layers several modules share it, or none takes it, and served "
+        f"without their states each step would see only its own tokens. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
+def carried_state_without_slots(layers: list[tuple[int, str]], model_type: str, class_name: str) -> str:
+    return (
+        f"{class_name} keeps no per-request state, and {len(layers)} decoder layer(s) of this {model_type} model "
+        f"carry one from step to step (layers {_layer_list(layers)}): leave the architecture to hf_bridge, which resolves such a model "
+        f"to its `HFBridgeHybrid...` class, or name that class in hf_overrides."
+    )
+
+
+def carried_state_needs_one_tensor_parallel_rank(model_type: str, tensor_size: int) -> str:
+    return (
+        f"tensor_parallel_size={tensor_size} cannot serve this {model_type} model: its layers that carry a "
+        f"state from step to step run as transformers wrote them, on whole weights, and hf_bridge does not "
+        f"shard them. Use tensor_parallel_size=1."
+    )
+
+
+def carried_state_without_speculative_decoding(model_type: str) -> str:
+    return (
+        f"speculative decoding cannot serve this {model_type} model through hf_bridge: its layers that carry a "
+        f"state from step to step would advance it over draft tokens before they are accepted, and hf_bridge "
+        f"keeps one state per request, not one per draft position. Serve it without a speculative_config."
+    )
+
+
+def carried_states_of_several_layouts(model_type: str, layouts: set) -> str:
+    return (
+        f"the decoder layers of this {model_type} model that carry a state from step to step keep states "
+        f"of {len(layouts)} different shapes ({', '.join(sorted(str([e.shape for e in layout]) for layout in layouts))}); "
+        f"vLLM's state slots for hf_bridge hold one shape. {NATIVE_OR_TRANSFORMERS}"
     )

@@ -60,16 +60,18 @@ from .encoder_graphs.protocol import EncoderGraphsMixin
 from .bidirectional import attends_within_media_on_cpu, report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
-from .embeds import EMBEDS_KEY, GRID_FIELDS, POSITION_FIELDS
+from .embeds import EMBEDS_KEY
 from .forward_token_rows import EMBEDS, TokenRows, learn_token_rows
 from .head import HFLogitsHead
 from .kept_modules import kept_out, linears_with_own_forward, norms_over_another_axis, torch_composites
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
+from .mrope import PlacedItem, item_fields, mrope_positions
 from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
+from .state_layers import CarriedStateMixin
 from .step_kwargs import keep_eager
 from .probes import HF_DATA_KEYS
 from .processing import (
@@ -105,8 +107,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def __init__(self, *, vllm_config, prefix: str = ""):
         hf_config = vllm_config.model_config.hf_config
         log_handling(hf_config)
-        if carried := layers_with_carried_state(hf_config):
-            raise ValueError(errors.layers_with_carried_state(carried, hf_config.model_type))
+        if (carried := layers_with_carried_state(hf_config)) and not getattr(type(self), "is_hybrid", False):
+            raise ValueError(errors.carried_state_without_slots(carried, hf_config.model_type, type(self).__name__))
         install_attention_term_check(errors.attention_terms_not_applied)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
@@ -400,6 +402,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded), *norms_over_another_axis(self.model)]
             with kept_out(kept):
                 super().recursive_replace()
+        for module in self.model.modules():
+            if isinstance(module, LinearBase):
+                _name_sizes_as_torch(module)
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
 
@@ -497,25 +502,14 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def get_mrope_input_positions(
         self, input_tokens: list[int], mm_features: list[MultiModalFeatureSpec]
     ) -> tuple[torch.Tensor, int]:
-        type_ids = torch.zeros(len(input_tokens), dtype=torch.long)
-        grids: dict[str, list[torch.Tensor]] = {}
+        get_rope_index = getattr(self.model, "get_rope_index", None)
+        fields = item_fields(get_rope_index) if get_rope_index is not None else ()
+        items = []
         for feature in mm_features:
-            pos = feature.mm_position
             data = feature.data or {}
-            item_types = data[TYPE_IDS_KEY.format(feature.modality)].data
-            type_ids[pos.offset : pos.offset + pos.length] = item_types
-            for key in POSITION_FIELDS:
-                field = data.get(DATA_KEY.format(feature.modality, key))
-                if field is not None:
-                    value = field.data
-                    grids.setdefault(key, []).append(value.reshape(-1, value.shape[-1]) if key in GRID_FIELDS else value.reshape(-1))
-        get_rope_index = self.model.get_rope_index
-        accepted = features.accepted_kwargs(get_rope_index)
-        kwargs: dict[str, Any] = {k: torch.cat(v) for k, v in grids.items()}
-        kwargs["mm_token_type_ids"] = type_ids[None]
-        kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
-        positions, delta = get_rope_index(input_ids=torch.tensor(input_tokens)[None], **kwargs)
-        return positions[:, 0], int(delta[0])
+            values = {key: field.data for key in fields if (field := data.get(DATA_KEY.format(feature.modality, key))) is not None}
+            items.append(PlacedItem(feature.mm_position.offset, data[TYPE_IDS_KEY.format(feature.modality)].data, values))
+        return mrope_positions(get_rope_index, input_tokens, items)
 
 
 class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):
@@ -548,6 +542,23 @@ class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):
 class HFBridgeMoEForConditionalGeneration(HFBridgeMoEMixin, HFBridgeForConditionalGeneration):
     """hf_bridge with the experts on vLLM's fused-MoE layer (`moe.py`), composed as vLLM
     composes its own `TransformersMultiModalMoEForCausalLM`."""
+
+
+class HFBridgeHybridForConditionalGeneration(CarriedStateMixin, HFBridgeForConditionalGeneration):
+    """hf_bridge for a model whose decoder layers carry a state from step to step
+    (`state_layers.py`), in vLLM's per-request state slots."""
+
+
+class HFBridgeHybridMoEForConditionalGeneration(CarriedStateMixin, HFBridgeMoEForConditionalGeneration):
+    """The same, with the experts on vLLM's fused-MoE layer."""
+
+
+def _name_sizes_as_torch(linear: LinearBase) -> None:
+    """`in_features` and `out_features`, as `nn.Linear` names them, on vLLM's layer that
+    replaced one: HF code reads them (MiniCPM-V 4.6's merger reshapes by `in_features`).
+    This rank's sizes, which are what the layer takes and returns."""
+    linear.in_features = getattr(linear, "input_size_per_partition", linear.input_size)
+    linear.out_features = getattr(linear, "output_size_per_partition", linear.output_size)
 
 
 def _concat(values: list[Any]) -> Any:

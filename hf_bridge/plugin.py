@@ -41,7 +41,17 @@ OWN_CLASSES = {
     "HFBridgeMoEEmbeddingModel": "hf_bridge.pooling:HFBridgeMoEEmbeddingModel",
     "HFBridgeForSequenceClassification": "hf_bridge.pooling:HFBridgeForSequenceClassification",
 }
-"""hf_bridge's architecture names, and the class each loads."""
+"""hf_bridge's architecture names, and the class each loads (with `CARRYING_STATE`'s)."""
+CARRYING_STATE = {
+    OWN_ARCHITECTURE: "HFBridgeHybridForConditionalGeneration",
+    OWN_MOE_ARCHITECTURE: "HFBridgeHybridMoEForConditionalGeneration",
+    "HFBridgeEmbeddingModel": "HFBridgeHybridEmbeddingModel",
+    "HFBridgeMoEEmbeddingModel": "HFBridgeHybridMoEEmbeddingModel",
+    "HFBridgeForSequenceClassification": "HFBridgeHybridForSequenceClassification",
+}
+"""hf_bridge's class with vLLM state slots (`state_layers.py`), for a model whose decoder
+layers carry a state from step to step; each in the module of the class it extends."""
+OWN_CLASSES |= {hybrid: OWN_CLASSES[own].rsplit(":", 1)[0] + ":" + hybrid for own, hybrid in CARRYING_STATE.items()}
 OVERRIDDEN_ARCHITECTURES = {
     "TransformersMultiModalForCausalLM": OWN_ARCHITECTURE,
     "TransformersMultiModalMoEForCausalLM": OWN_MOE_ARCHITECTURE,
@@ -59,6 +69,8 @@ config, so there is no MoE classifier to serve.)"""
 DENSE_ARCHITECTURES = {
     OWN_MOE_ARCHITECTURE: OWN_ARCHITECTURE,
     "HFBridgeMoEEmbeddingModel": "HFBridgeEmbeddingModel",
+    CARRYING_STATE[OWN_MOE_ARCHITECTURE]: CARRYING_STATE[OWN_ARCHITECTURE],
+    CARRYING_STATE["HFBridgeMoEEmbeddingModel"]: CARRYING_STATE["HFBridgeEmbeddingModel"],
 }
 """hf_bridge's class without vLLM's fused-MoE layers, for each of its MoE classes."""
 TEXT_ONLY_ARCHITECTURES = {
@@ -108,6 +120,8 @@ def _route_transformers_backend(registry) -> None:
         return
 
     def resolve_transformers(architecture, model_config):
+        if architecture in OWN_CLASSES:  # asked again for the class it resolved to (vLLM's hybrid-model setup)
+            return architecture
         return route(resolve(architecture, model_config), model_config)
 
     resolve_transformers.hf_bridge = True  # type: ignore[attr-defined]
@@ -119,9 +133,10 @@ def _register_config_updates() -> None:
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
 
     from .bidirectional import KeepMediaItemsWhole
+    from .state_layers import CarriedStateConfig
 
     for own in OWN_CLASSES:
-        MODELS_CONFIG_MAP.setdefault(own, KeepMediaItemsWhole)
+        MODELS_CONFIG_MAP.setdefault(own, CarriedStateConfig if own in CARRYING_STATE.values() else KeepMediaItemsWhole)
 
 
 def route(arch: str | None, model_config) -> str | None:
@@ -143,7 +158,7 @@ def route(arch: str | None, model_config) -> str | None:
         from .bidirectional import mark_bidirectional
 
         mark_bidirectional(model_config.hf_config)
-        return dense_where_transformers_counts_no_experts(own, model_config)
+        return dense_where_transformers_counts_no_experts(carrying_state_where_layers_do(own, model_config), model_config)
     from vllm.logger import init_logger
 
     from . import LOGGER_NAME
@@ -161,6 +176,16 @@ def unplaceable(model_config) -> dict[str, str] | None:
     if key not in _PLACEMENT:
         _PLACEMENT[key] = _probe_placement(model_config)
     return _PLACEMENT[key]
+
+
+def carrying_state_where_layers_do(own: str, model_config) -> str:
+    """hf_bridge's class with state slots where some decoder layers carry a state from step
+    to step (`state_layers.py`)."""
+    from .attention_terms import layers_with_carried_state
+
+    if own not in CARRYING_STATE or not layers_with_carried_state(model_config.hf_config):
+        return own
+    return CARRYING_STATE[own]
 
 
 def dense_where_transformers_counts_no_experts(own: str, model_config) -> str:

@@ -33,6 +33,7 @@ from vllm.model_executor.models.transformers.pooling import (
 
 from .model import HFBridgeBase
 from .moe import HFBridgeMoEMixin
+from .state_layers import CarriedStateMixin
 
 LAST_TOKEN = "LAST"
 
@@ -63,6 +64,18 @@ class HFBridgeForSequenceClassification(SequenceClassificationMixin, HFBridgeBas
 
 class HFBridgeMoEEmbeddingModel(HFBridgeMoEMixin, HFBridgeEmbeddingModel):
     """Embeddings from an MoE VLM's base model, its experts on vLLM's fused-MoE layer."""
+
+
+class HFBridgeHybridEmbeddingModel(CarriedStateMixin, HFBridgeEmbeddingModel):
+    """Embeddings from a base model whose decoder layers carry a state (`state_layers.py`)."""
+
+
+class HFBridgeHybridMoEEmbeddingModel(CarriedStateMixin, HFBridgeMoEEmbeddingModel):
+    """The same, with the experts on vLLM's fused-MoE layer."""
+
+
+class HFBridgeHybridForSequenceClassification(CarriedStateMixin, HFBridgeForSequenceClassification):
+    """The HF classifier over a decoder whose layers carry a state (`state_layers.py`)."""
 
 
 CLASSIFIER = "classifier"

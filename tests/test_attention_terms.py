@@ -1,7 +1,8 @@
 """What vLLM's paged attention cannot carry is refused at engine start, never dropped
 (`hf_bridge/attention_terms.py`): a model's own attention terms (a position bias, the
-key blocks a sparse indexer chose) and decoder layers that keep a convolution or
-recurrent state between steps.
+key blocks a sparse indexer chose). Decoder layers that keep a convolution or recurrent
+state between steps are found here as transformers caches them; hf_bridge keeps their
+states per request (`tests/test_carried_state.py`).
 """
 
 from __future__ import annotations
@@ -84,10 +85,8 @@ make_llm(sys.argv[1]).generate("Tell me about the weather today, and tomorrow.")
 
 
 @pytest.fixture
-def checkpoint(kind, generic, tmp_path):
-    """The sweep's generic checkpoint of `kind`, or MiniMax-M3 with a sparse layer (its helper)."""
-    if kind != "minimax_sparse":
-        return generic(kind)
+def checkpoint(kind, tmp_path):
+    """MiniMax-M3 with a sparse layer (its helper)."""
     out = tmp_path / kind
     done = subprocess.run([sys.executable, str(MINIMAX_SPARSE), str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -100,20 +99,14 @@ def checkpoint(kind, generic, tmp_path):
      "ValueError: MiniMaxM3VLAttention passes `block_indices` to its attention function, a term of the attention scores "
      "(a position bias, the key blocks a sparse indexer chose) that vLLM's paged attention does not apply: served by the "
      "Transformers backend, this model would not attend as it was trained to, and answer wrongly. " + NATIVE),
-    ("qwen3_5",
-     "ValueError: 1 decoder layer(s) of this qwen3_5 model keep a convolution or recurrent state from one step to the next "
-     "(layers 0 (linear_attention)), which transformers caches beside the keys and values and vLLM's paged KV cache cannot "
-     "hold: served by the Transformers backend, each step would see only its own tokens. " + NATIVE),
 ])
 def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, checkpoint):
     """MiniMax-M3's sparse layers (their indexer's block choice, passed as `block_indices`):
     before, the engine started, and the first decode step died inside the indexer
     ("RuntimeError: index 11 is out of bounds", measured in eager mode: vLLM keeps no
-    indexer cache), with the block choice dropped on the steps before. Qwen3.5's
-    linear-attention layers: vLLM's own error said only that they do not dispatch through
-    the attention interface. Layers that keep state are refused as the model is built;
-    attention terms on the first forward: vLLM's start-up pass on a GPU, here (the CPU's
-    eager mode skips that pass) the first request."""
+    indexer cache), with the block choice dropped on the steps before. Attention terms are
+    refused on the first forward: vLLM's start-up pass on a GPU, here (the CPU's eager mode
+    skips that pass) the first request."""
     done = subprocess.run([sys.executable, "-c", REFUSE, str(checkpoint)], capture_output=True, text=True, timeout=900)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr[-3000:]

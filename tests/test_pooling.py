@@ -31,16 +31,19 @@ POOLED_ATOL = 1e-4
 
 
 BUILT = [("embed", "llava"), ("embed", "qwen3_vl"), ("embed", "gemma3"), ("embed", "qwen3_vl_moe"), ("embed", "chameleon"),
-         ("classify", "gemma3")]
+         ("classify", "gemma3"), ("embed", "qwen3_5")]
+GENERIC = {"qwen3_5"}
+"""Sources built by the sweep's generic shrinker rather than taken from the zoo."""
 
 
 @pytest.fixture(scope="module")
-def pooling_checkpoints(zoo, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict[str, list[float]]]]:
-    """(kind, zoo name) -> (checkpoint, transformers' pooled vectors), every one of `BUILT`
-    written in one fresh interpreter."""
+def pooling_checkpoints(zoo, generic, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict[str, list[float]]]]:
+    """(kind, source name) -> (checkpoint, transformers' pooled vectors), every one of
+    `BUILT` written in one fresh interpreter."""
     root = tmp_path_factory.mktemp("pooling")
     out = {(kind, name): root / f"{name}-{kind}" for kind, name in BUILT}
-    args = [str(x) for (kind, name), out_dir in out.items() for x in (kind, zoo(name), out_dir)]
+    source = lambda name: generic(name) if name in GENERIC else zoo(name)  # noqa: E731
+    args = [str(x) for (kind, name), out_dir in out.items() for x in (kind, source(name), out_dir)]
     done = subprocess.run([sys.executable, str(HELPER), *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return {key: (out_dir, json.loads((out_dir / REFERENCE).read_text())) for key, out_dir in out.items()}
@@ -74,15 +77,17 @@ def assert_pooled_like(reference: dict[str, list[float]], got: dict[str, np.ndar
         ("qwen3_vl", "HFBridgeEmbeddingModel"),
         ("gemma3", "HFBridgeEmbeddingModel"),
         ("qwen3_vl_moe", "HFBridgeMoEEmbeddingModel"),
+        ("qwen3_5", "HFBridgeHybridEmbeddingModel"),
     ],
 )
 def test_base_model_checkpoint_embeds_as_transformers(pooling_checkpoints, engines, name, architecture):
     """A VLM's base model saved as an embedding checkpoint (`LlavaModel`, `Qwen3VLModel`
-    with deepstack and M-RoPE, `Gemma3Model`, `Qwen3VLMoeModel`): hf_bridge's embedding
-    class, pooling the last token by default, gives transformers' last hidden state
-    there, image or not. vLLM has no Transformers-backend class for an MoE VLM's
-    embeddings: without hf_bridge it serves its native Qwen3-VL-MoE, which fails to load
-    the tiny checkpoint (`norm_topk_prob`)."""
+    with deepstack and M-RoPE, `Gemma3Model`, `Qwen3VLMoeModel`, `Qwen3_5Model` with a
+    linear-attention layer, `state_layers.py`): hf_bridge's embedding class, pooling the
+    last token by default, gives transformers' last hidden state there, image or not.
+    vLLM has no Transformers-backend class for an MoE VLM's embeddings: without hf_bridge
+    it serves its native Qwen3-VL-MoE, which fails to load the tiny checkpoint
+    (`norm_topk_prob`)."""
     model_dir, reference = pooling_checkpoints["embed", name]
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2})
     config = llm.llm_engine.model_config

@@ -85,6 +85,15 @@ def test_layers_that_share_keys_and_values_keep_a_layer_to_share_from():
     assert (unshared.num_hidden_layers, unshared.num_kv_shared_layers) == (2, 0)
 
 
+def test_a_recipe_gives_the_text_model_the_layers_its_checkpoints_have():
+    """LFM2-VL's checkpoints put short convolutions between its attention layers, where
+    transformers' default config attends in every layer: the sweep builds one of each, so
+    the state layers hf_bridge keeps per request (`state_layers.py`) are exercised."""
+    spec = shrink.generic_spec("lfm2_vl")
+    text = spec.make_config(_tokenizer("lfm2_vl")).get_text_config()
+    assert text.layer_types == ["conv", "full_attention"]
+
+
 def test_absent_towers_get_their_default_configs():
     """Gemma 4's default config has no vision or audio tower; its checkpoints have both."""
     from transformers import AutoConfig

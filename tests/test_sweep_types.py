@@ -50,7 +50,12 @@ last layers attend over earlier layers' keys and values, `kv_sharing.py`; media 
 forward embeds through its media embedders and per-layer inputs it hands its text model,
 `forward_token_rows.py`; audio padded by its forward to the prompt's 188 positions; a timm
 tower whose norms reduce over channels, kept from vLLM's RMSNorm; the in-tree backend
-cannot start it). Each is built
+cannot start it) and Qwen3.5-MoE and MiniCPM-V 4.6 and 4.7 (linear-attention layers whose
+states vLLM keeps per request, `state_layers.py`; MiniCPM-V 4.6's text config asks for
+M-RoPE, which its base model computes no positions for, and its merger reshapes by its
+linear's `in_features`; MiniCPM-V 4.7 computes positions from `target_sizes` and
+`target_sizes_videos`, `mrope.py`; the in-tree backend refuses their linear attention).
+Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge and MUSE-Glimmer add
 what their default configs lack, as their checkpoints have it).
@@ -100,6 +105,12 @@ CASES = {
     "ernie4_5_vl_moe": ["one_image", "video"],
     # audio padded by its forward beyond what `get_audio_features` returns
     "gemma3n": ["one_image", "audio"],
+    # linear-attention layers on state slots (`state_layers.py`), experts fused
+    "qwen3_5_moe": ["two_images"],
+    # M-RoPE with no `get_rope_index`; a merger that reads its linear's `in_features`
+    "minicpmv4_6": ["one_image"],
+    # M-RoPE from fields named `target_sizes_videos`
+    "minicpmv4_7": ["video"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}

@@ -85,9 +85,18 @@ class Override:
     init_std: float = ZooSpec.init_std
     """Init scale, where the default leaves transformers' own float32 result too far from
     its float64 one to test parity (`ZooSpec.init_std`)."""
+    text_settings: dict[str, Any] = field(default_factory=dict)
+    """Text-config values its checkpoints hold where transformers' default differs, set
+    before the shrink (LFM2-VL's short-convolution layers)."""
 
 
 EMU3_CODEBOOK = 16
+LFM2_LAYERS = 32
+LFM2_CONV_THEN_ATTENTION = dict(layer_types=["conv", "full_attention"] * (LFM2_LAYERS // 2),
+                                full_attn_idxs=list(range(1, LFM2_LAYERS, 2)))
+"""LFM2-VL's checkpoints put short convolutions between its attention layers, where
+transformers' default config attends in every layer; over its default 32 layers, the
+shrink keeps one of each kind, in this order."""
 MOBILENETV5_CHANNELS = 0.125
 """timm's channel multiplier for Gemma 3n's MobileNetV5 tower."""
 GEMMA3N_MEDIA_TOKENS = ("eoi_token", "image_token", "eoa_token", "audio_token")
@@ -307,6 +316,7 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "ovis2": Override(tokens=OVIS2_INDICATORS, configure=_ovis2, config_tokens={"image_token_id": "<IMG_ATOM>"},
                       sub_processors={"image_processor": dict(size={"height": 224, "width": 224})}),
     "phi4_multimodal": Override(configure=_phi4_multimodal),
+    "lfm2_vl": Override(text_settings=LFM2_CONV_THEN_ATTENTION),
     "deepseek_ocr2": Override(configure=_deepseek_ocr2),
     "muse_glimmer": Override(configure=_muse_glimmer),
     # its processor writes 256 tokens per image, what its tower gives at its checkpoints' 1024 px
@@ -808,7 +818,7 @@ def generic_spec(model_type: str, text_settings: dict[str, Any] | None = None) -
     special = [token for token in special if token not in last] + last
     return ZooSpec(
         name=f"sweep-{model_type}",
-        make_config=make_config(model_type, text_settings),
+        make_config=make_config(model_type, {**override.text_settings, **(text_settings or {})}),
         make_processor=make_processor(model_type),
         special_tokens=special,
         tokenizer_attributes=attributes,

@@ -1,0 +1,209 @@
+"""vLLM's per-request state slots for the decoder layers that carry a state
+(`carried_state.py`): one vLLM layer per such decoder layer, and the model's side of
+vLLM's hybrid-model interface.
+
+Each `CarriedStateLayer` is a vLLM state layer (`MambaBase`) with no weights: vLLM sizes
+its slots from the layout measured on the HF module once the weights are loaded, gives it
+a slot per running request, and hands it the step's requests (`LinearAttentionMetadata`:
+where each request's tokens are and which slot is its). The HF module stays where
+transformers put it, with its weights under their names; only its forward is wrapped, so
+that each call runs on the requests' states.
+
+A model with such layers runs its decoder eagerly (the wrapped forward reads the step's
+requests, which a compiled graph would read once) and without prefix caching: a prompt's
+state is known at its end only, where vLLM's prefix caching for hybrid models needs it at
+every block boundary.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+import torch
+from vllm.config import CUDAGraphMode, VllmConfig
+from vllm.distributed.utils import get_pp_indices
+from vllm.forward_context import get_forward_context
+from vllm.logger import init_logger
+from vllm.model_executor.layers.mamba.abstract import MambaBase
+from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
+from vllm.model_executor.models.utils import maybe_prefix
+from vllm.platforms import current_platform
+from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+
+from . import LOGGER_NAME, errors
+from .attention_terms import layers_with_carried_state
+from .bidirectional import KeepMediaItemsWhole
+from .carried_state import OneLayerCache, StateEntry, StepSequence, cache_argument, measure_layout, run_on_slots, state_modules
+from .step_kwargs import keep_eager
+
+logger = init_logger(LOGGER_NAME)
+
+LAYOUTS: dict[tuple[str, str | None], tuple[StateEntry, ...]] = {}
+"""The state layout measured in this process, per checkpoint: vLLM asks the model class for
+it (`get_mamba_state_shape_from_config`) after loading the model, in the process that loaded it."""
+
+
+class CarriedStateLayer(MambaBase, torch.nn.Module):
+    """The slots of one decoder layer's states; runs the HF module's forward on them."""
+
+    kv_cache: tuple[torch.Tensor, ...]
+
+    def __init__(self, module: torch.nn.Module, layer_idx: int, text_config: Any, prefix: str, vllm_config: VllmConfig):
+        torch.nn.Module.__init__(self)
+        self.prefix = prefix
+        self.layout: tuple[StateEntry, ...] = ()
+        self.argument = cache_argument(module)
+        self.cache = OneLayerCache(text_config, layer_idx)
+        self.kv_cache = (torch.tensor([]),)
+        self._module = [module]  # not a child: vLLM's backend makes this layer the module's child
+        self._forward = module.forward
+        self._signature = inspect.signature(module.forward)
+        module.forward = self.run
+        context = vllm_config.compilation_config.static_forward_context
+        if prefix in context:
+            raise ValueError(f"Duplicate layer name: {prefix}")
+        context[prefix] = self
+
+    @property
+    def mamba_type(self) -> MambaAttentionBackendEnum:
+        return MambaAttentionBackendEnum.LINEAR  # its metadata: each request's tokens, length and slot
+
+    def get_state_shape(self) -> list[tuple[int, ...]]:
+        return [entry.shape for entry in self.layout]
+
+    def get_state_dtype(self) -> tuple[torch.dtype, ...]:
+        return tuple(entry.dtype for entry in self.layout)
+
+    def measure(self, width: int) -> tuple[StateEntry, ...]:
+        parameter = next(self._module[0].parameters())
+        self.layout = measure_layout(self._forward, self.argument, self.cache, width, parameter.device, parameter.dtype)
+        return self.layout
+
+    def run(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The HF module's forward, each of the step's requests on its own states."""
+        arguments = dict(self._signature.bind(*args, **kwargs).arguments)
+        for name, parameter in self._signature.parameters.items():
+            if parameter.kind is parameter.VAR_KEYWORD:
+                arguments.update(arguments.pop(name, {}))
+        hidden_states = arguments.pop(next(iter(self._signature.parameters)))
+        arguments.pop(self.argument, None)
+        metadata = get_forward_context().attn_metadata
+        metadata = metadata.get(self.prefix) if isinstance(metadata, dict) else None
+        if metadata is None:  # vLLM's profiling and dummy runs: no requests, no slots
+            return self._forward(hidden_states, **arguments)
+        starts = metadata.query_start_loc.tolist()
+        lengths = metadata.seq_lens.tolist()
+        slots = metadata.state_indices_tensor.tolist()
+        sequences = [
+            StepSequence(starts[i], starts[i + 1], slots[i], lengths[i] > starts[i + 1] - starts[i])
+            for i in range(metadata.num_decodes + metadata.num_prefills)
+        ]
+        return run_on_slots(self._forward, hidden_states, arguments, self.argument, sequences, self.kv_cache, self.layout, self.cache)
+
+
+class _StateFuser:
+    """Stands in vLLM's attention-fuser map for a layer that carries a state, so that vLLM's
+    backend builds that layer's vLLM layer with the others (`CarriedStateMixin._get_attn_cls`)."""
+
+    @staticmethod
+    def scale(module: torch.nn.Module) -> None:
+        return None
+
+    @staticmethod
+    def sinks(module: torch.nn.Module) -> None:
+        return None
+
+
+class CarriedStateMixin:
+    """hf_bridge's model with a vLLM state layer for each decoder layer that carries a state
+    (vLLM's `IsHybrid`), attached to the HF module as vLLM's backend attaches its attention
+    layers; goes first in a class's bases."""
+
+    is_hybrid: ClassVar[bool] = True
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        text_model = self.get_language_model().model
+        if keep_eager(text_model):
+            logger.info("hf_bridge runs %s eagerly: its state layers read the step's requests", type(text_model).__name__)
+
+    def _create_attention_instances(self, prefix: str = ""):
+        carried = layers_with_carried_state(self.config)
+        modules = state_modules(self, [index for index, _ in carried])
+        missing = [(index, kind) for index, kind in carried if index not in modules and index in self._layers_on_this_rank()]
+        if missing:
+            raise ValueError(errors.layers_with_carried_state(missing, self.config.model_type))
+        if self.tp_group.world_size > 1:
+            raise ValueError(errors.carried_state_needs_one_tensor_parallel_rank(self.config.model_type, self.tp_group.world_size))
+        self._state_layer_modules = {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): (index, module) for index, (name, module) in modules.items()}
+        for index, (name, _) in modules.items():
+            self.attention_fusers[index] = (name, _StateFuser)
+        super()._create_attention_instances(prefix)
+        self.carried_state_layers = [getattr(module, VLLM_ATTN_ATTR) for _, module in modules.values()]
+        logger.info("hf_bridge: %d of %d decoder layers carry a state from step to step (%s); vLLM keeps it per request",
+                    len(modules), self.text_config.num_hidden_layers, ", ".join(sorted({kind for _, kind in carried})))
+
+    def _layers_on_this_rank(self) -> range:
+        return range(*get_pp_indices(self.text_config.num_hidden_layers, self.pp_group.rank_in_group, self.pp_group.world_size))
+
+    def _get_attn_cls(self):
+        attn_cls = super()._get_attn_cls()
+        states = getattr(self, "_state_layer_modules", {})
+
+        def build(**kwargs: Any):
+            if kwargs["prefix"] not in states:
+                return attn_cls(**kwargs)
+            index, module = states[kwargs["prefix"]]
+            return CarriedStateLayer(module, index, self.text_config, kwargs["prefix"], self.vllm_config)
+
+        return build
+
+    def process_weights_after_loading(self) -> None:
+        layouts = {layer.measure(self.text_config.hidden_size) for layer in self.carried_state_layers}
+        if len(layouts) > 1:
+            raise ValueError(errors.carried_states_of_several_layouts(self.config.model_type, layouts))
+        if layouts:
+            LAYOUTS[_checkpoint_key(self.model_config)] = layouts.pop()
+        super().process_weights_after_loading()
+
+    @classmethod
+    def get_mamba_state_shape_from_config(cls, vllm_config: VllmConfig):
+        return tuple(entry.shape for entry in LAYOUTS[_checkpoint_key(vllm_config.model_config)])
+
+    @classmethod
+    def get_mamba_state_dtype_from_config(cls, vllm_config: VllmConfig):
+        return tuple(entry.dtype for entry in LAYOUTS[_checkpoint_key(vllm_config.model_config)])
+
+    @classmethod
+    def get_mamba_state_copy_func(cls):
+        raise NotImplementedError("hf_bridge serves models with carried states without prefix caching")
+
+
+def _checkpoint_key(model_config) -> tuple[str, str | None]:
+    return model_config.model, model_config.revision
+
+
+class CarriedStateConfig(KeepMediaItemsWhole):
+    """vLLM's config hook for the classes with state slots, run before vLLM's own setup for
+    hybrid models: prefix caching off (a prompt's state is known at its end only), on a GPU
+    no CUDA graphs, and no speculative decoding (its draft tokens would advance the states
+    before they are accepted)."""
+
+    @staticmethod
+    def verify_and_update_config(vllm_config) -> None:
+        KeepMediaItemsWhole.verify_and_update_config(vllm_config)
+        model_type = getattr(vllm_config.model_config.hf_config, "model_type", "this model")
+        if vllm_config.speculative_config is not None:
+            raise ValueError(errors.carried_state_without_speculative_decoding(model_type))
+        cache_config = vllm_config.cache_config
+        if cache_config.enable_prefix_caching:
+            logger.info("hf_bridge: prefix caching is off for %s: its layers that carry a state from step to step "
+                        "know it at the end of a prompt only, not at each block boundary", model_type)
+            cache_config.enable_prefix_caching = False
+        compilation_config = vllm_config.compilation_config
+        if not current_platform.is_cpu() and compilation_config.cudagraph_mode != CUDAGraphMode.NONE:
+            # a graph would replay one step's grouping of requests, read on the host
+            logger.info("hf_bridge: no CUDA graphs for %s: its layers that carry a state group each step's requests "
+                        "on the host", model_type)
+            compilation_config.cudagraph_mode = CUDAGraphMode.NONE

@@ -1,0 +1,61 @@
+"""M-RoPE positions from the HF model's own `get_rope_index` (`hf_bridge/mrope.py`): each
+item's fields put back in prompt order, and text positions on every axis for a model with
+no `get_rope_index`.
+
+The real methods (Qwen2-VL's, Qwen3.5's, MiniCPM-V 4.7's with `target_sizes`) are checked
+end to end by the parity tests; here, that each field reaches the method in the shape
+transformers' processor gives it for the whole prompt.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hf_bridge.mrope import MROPE_AXES, PlacedItem, item_fields, mrope_positions
+
+
+def test_without_get_rope_index_every_axis_holds_the_text_positions():
+    positions, delta = mrope_positions(None, list(range(7)), [])
+    assert positions.shape == (MROPE_AXES, 7) and delta == 0
+    assert all(torch.equal(row, torch.arange(7)) for row in positions)
+
+
+def test_the_fields_taken_are_the_position_fields_and_those_the_method_names():
+    def qwen_like(input_ids, mm_token_type_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None): ...
+
+    def minicpm_like(input_ids, mm_token_type_ids=None, target_sizes=None, target_sizes_videos=None, downsample_mode=None,
+                     attention_mask=None, **kwargs): ...
+
+    assert set(item_fields(qwen_like)) == {"image_grid_thw", "video_grid_thw", "second_per_grid_ts"}
+    assert {"target_sizes", "target_sizes_videos", "downsample_mode"} <= set(item_fields(minicpm_like))
+    assert not {"input_ids", "mm_token_type_ids", "attention_mask"} & set(item_fields(minicpm_like))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 9), st.integers(1, 9)), min_size=1, max_size=4))
+def test_each_items_rows_reach_the_method_in_prompt_order(items):
+    """Per item: a (3,) grid, a (2,) size row and a scalar time, as vLLM holds them; the method
+    gets (items, 3), (items, 2) and (items,), as the processor returns them for the prompt,
+    and the type ids at each item's place."""
+    seen = {}
+
+    def get_rope_index(input_ids, mm_token_type_ids=None, image_grid_thw=None, target_sizes=None, second_per_grid_ts=None):
+        seen.update(types=mm_token_type_ids, grid=image_grid_thw, sizes=target_sizes, times=second_per_grid_ts)
+        return torch.zeros(MROPE_AXES, 1, input_ids.shape[1], dtype=torch.long), torch.zeros(1, 1)
+
+    placed, offset = [], 1
+    for length, height, width in items:
+        fields = {"image_grid_thw": torch.tensor([1, height, width]), "target_sizes": torch.tensor([height, width]),
+                  "second_per_grid_ts": torch.tensor(0.5 * length), "pixel_values": torch.zeros(4, 3)}
+        placed.append(PlacedItem(offset, torch.ones(length, dtype=torch.long), fields))
+        offset += length + 1
+    mrope_positions(get_rope_index, list(range(offset)), placed)
+    assert seen["grid"].tolist() == [[1, h, w] for _, h, w in items]
+    assert seen["sizes"].tolist() == [[h, w] for _, h, w in items]
+    assert seen["times"].tolist() == [0.5 * n for n, _, _ in items]
+    expected = torch.zeros(offset, dtype=torch.long)
+    for item in placed:
+        expected[item.offset:item.offset + len(item.type_ids)] = 1
+    assert torch.equal(seen["types"][0], expected)
