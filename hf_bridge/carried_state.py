@@ -102,7 +102,8 @@ class OneLayerCache:
             layer.has_previous_state[entry.index] = True
             if entry.kind == "conv_states":
                 layer.conv_kernel_size[entry.index] = tensor.shape[-1]
-            layer.device, layer.dtype = tensor.device, tensor.dtype
+            if layer.device is None:  # as transformers sets them: from the first state it caches
+                layer.device, layer.dtype = tensor.device, tensor.dtype
         self.cache.layers[self.layer_idx] = layer
         return self.cache
 

@@ -130,7 +130,10 @@ class CarriedStateMixin:
 
     def _create_attention_instances(self, prefix: str = ""):
         carried = layers_with_carried_state(self.config)
-        modules = state_modules(self, [index for index, _ in carried])
+        decoder = self.model.get_decoder()  # its layers alone: a tower's modules may have a `layer_idx` too
+        decoder_name = next(name for name, module in self.named_modules() if module is decoder)
+        modules = {index: (f"{decoder_name}.{name}", module)
+                   for index, (name, module) in state_modules(decoder, [index for index, _ in carried]).items()}
         missing = [(index, kind) for index, kind in carried if index not in modules and index in self._layers_on_this_rank()]
         if missing:
             raise ValueError(errors.layers_with_carried_state(missing, self.config.model_type))
