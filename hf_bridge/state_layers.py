@@ -92,14 +92,24 @@ class CarriedStateLayer(MambaBase, torch.nn.Module):
         metadata = metadata.get(self.prefix) if isinstance(metadata, dict) else None
         if metadata is None:  # vLLM's profiling and dummy runs: no requests, no slots
             return self._forward(hidden_states, **arguments)
-        starts = metadata.query_start_loc.tolist()
-        lengths = metadata.seq_lens.tolist()
-        slots = metadata.state_indices_tensor.tolist()
-        sequences = [
-            StepSequence(starts[i], starts[i + 1], slots[i], lengths[i] > starts[i + 1] - starts[i])
-            for i in range(metadata.num_decodes + metadata.num_prefills)
-        ]
+        sequences = _step_sequences(metadata)
         return run_on_slots(self._forward, hidden_states, arguments, self.argument, sequences, self.kv_cache, self.layout, self.cache)
+
+
+STEP_SEQUENCES_ATTR = "hf_bridge_step_sequences"
+"""Where a step's requests, read on the host once, are kept on the step's metadata, which
+every state layer of the step shares."""
+
+
+def _step_sequences(metadata) -> list[StepSequence]:
+    sequences = getattr(metadata, STEP_SEQUENCES_ATTR, None)
+    if sequences is None:
+        starts, lengths = metadata.query_start_loc.tolist(), metadata.seq_lens.tolist()
+        slots = metadata.state_indices_tensor.tolist()
+        sequences = [StepSequence(starts[i], starts[i + 1], slots[i], lengths[i] > starts[i + 1] - starts[i])
+                     for i in range(metadata.num_decodes + metadata.num_prefills)]
+        setattr(metadata, STEP_SEQUENCES_ATTR, sequences)
+    return sequences
 
 
 class _StateFuser:
