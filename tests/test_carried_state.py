@@ -195,24 +195,31 @@ def test_lfm2_vl_short_convolutions_keep_parity(generic, engines):
         assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
 
 
-CLASS_WITHOUT_SLOTS = """
-import os, sys
+REFUSE = """
+import json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 from hf_bridge.validate.engine import make_llm
-make_llm(sys.argv[1], hf_overrides={"architectures": ["HFBridgeForConditionalGeneration"]})
+make_llm(sys.argv[1], **json.loads(sys.argv[2]))
 """
 
 
 @pytest.mark.engine
-def test_a_class_without_state_slots_refuses_such_a_model(generic):
+@pytest.mark.parametrize(("engine_kwargs", "message"), [
+    ({"hf_overrides": {"architectures": ["HFBridgeForConditionalGeneration"]}},
+     lambda errors: errors.carried_state_without_slots([(0, "linear_attention")], "qwen3_5", "HFBridgeForConditionalGeneration")),
+    ({"speculative_config": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}},
+     lambda errors: errors.carried_state_without_speculative_decoding("qwen3_5")),
+], ids=["plain_class", "speculative_decoding"])
+def test_what_cannot_keep_the_states_refuses_by_name(generic, engine_kwargs, message):
     """Named explicitly, hf_bridge's plain class would serve Qwen3.5's linear attention as
-    if each step began afresh; it refuses, naming the class that keeps the states."""
+    if each step began afresh; speculative decoding would advance the states over draft
+    tokens before they are accepted. Each refuses as the engine is built, naming the way out."""
+    import json
     import subprocess
     import sys
 
     from hf_bridge import errors
 
-    done = subprocess.run([sys.executable, "-c", CLASS_WITHOUT_SLOTS, str(generic("qwen3_5"))], capture_output=True,
-                          text=True, timeout=900)
-    expected = errors.carried_state_without_slots([(0, "linear_attention")], "qwen3_5", "HFBridgeForConditionalGeneration")
-    assert done.returncode != 0 and f"ValueError: {expected}" in done.stderr, done.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-c", REFUSE, str(generic("qwen3_5")), json.dumps(engine_kwargs)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode != 0 and message(errors) in done.stderr, done.stderr[-3000:]
