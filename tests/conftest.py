@@ -64,6 +64,33 @@ class GenericCheckpoints:
         return {t: self.built[(t, s)] for t, s in seeds.items()}
 
 
+class BackboneCheckpoints:
+    """The zoo's LLaVA over other decoders (`hf_bridge/zoo/backbones.py`), built in a
+    subprocess (an engine decorates HF classes in place), once per session."""
+
+    def __init__(self, root):
+        self.root = root
+        self.built: dict[str, object] = {}
+
+    def __call__(self, text_type: str):
+        import subprocess
+        import sys
+
+        if text_type not in self.built:
+            code = "import sys; from hf_bridge.zoo.backbones import build_backbone_model; build_backbone_model(sys.argv[1], sys.argv[2])"
+            out = self.root / text_type
+            done = subprocess.run([sys.executable, "-c", code, text_type, str(out)], capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, done.stderr[-3000:]
+            self.built[text_type] = out
+        return self.built[text_type]
+
+
+@pytest.fixture(scope="session")
+def backbones(tmp_path_factory):
+    """`backbones(text_type)` -> the zoo's LLaVA over that decoder (`BackboneCheckpoints`)."""
+    return BackboneCheckpoints(tmp_path_factory.mktemp("backbones"))
+
+
 @pytest.fixture(scope="session")
 def generic(tmp_path_factory):
     """`generic(model_type, seed=0)` -> a checkpoint of a type outside the zoo (`GenericCheckpoints`)."""

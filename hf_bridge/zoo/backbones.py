@@ -1,0 +1,67 @@
+"""The zoo's LLaVA over other decoders: its CLIP tower and processor, its text model swapped
+for transformers' default config of another text type, shrunk as the sweep shrinks text.
+
+A VLM pairs a tower with whatever decoder its authors chose, and hf_bridge's decoder side
+(attention, state slots, experts) is the same whichever tower feeds it. These checkpoints
+check that side on decoders no VLM type in transformers ships yet (`scripts/backbones.py`,
+BACKBONES.md; `tests/test_backbones.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from .shrink import TEXT_SIZES, rederived, shrink
+from .specs import SPECS, ZooSpec
+
+BACKBONE_SETTINGS: dict[str, dict[str, Any]] = {
+    # Mamba heads that tile the shrunk width (2 x 64 = 8 x 16): the defaults fail the config's own
+    # check; and an attention layer after the Mamba one, as their hybrid checkpoints have (the
+    # defaults have none)
+    "bamba": dict(mamba_n_heads=8, mamba_d_head=16, attn_layer_indices=[1]),
+    "granitemoehybrid": dict(mamba_n_heads=8, mamba_d_head=16, layer_types=["mamba", "attention"]),
+    "mamba2": dict(num_heads=8, head_dim=16, n_groups=1),
+    # every other layer attends, as in its checkpoints: the default period (8) leaves two layers none
+    "jamba": dict(attn_layer_offset=1, attn_layer_period=2),
+    # a short convolution, then attention, as in its checkpoints: the default attends in every layer
+    "lfm2": dict(layer_types=["conv", "full_attention"]),
+    # the same, its second layer's MLP one of experts
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+}
+"""Text-config values set after the shrink, where the default shrunk would not build or
+would lose a kind of layer its checkpoints have."""
+
+
+def backbone_config(text_type: str, vocab_size: int) -> Any:
+    """transformers' default config of `text_type`, shrunk, with its `BACKBONE_SETTINGS`."""
+    from transformers import AutoConfig
+
+    text = AutoConfig.for_model(text_type)
+    shrink(text, dict(TEXT_SIZES, vocab_size=vocab_size))
+    for name, value in BACKBONE_SETTINGS.get(text_type, {}).items():
+        setattr(text, name, value)
+    text.tie_word_embeddings = False
+    return rederived(text)
+
+
+def backbone_spec(text_type: str) -> ZooSpec:
+    llava = SPECS["llava"]
+
+    def make_config(tokenizer):
+        config = llava.make_config(tokenizer)
+        config.text_config = backbone_config(text_type, len(tokenizer))
+        return config
+
+    return dataclasses.replace(
+        llava, name=f"llava-over-{text_type}", make_config=make_config, servable=False,
+        notes=f"The zoo's LLaVA with a shrunk default {text_type} decoder (hf_bridge/zoo/backbones.py).",
+    )
+
+
+def build_backbone_model(text_type: str, directory: Path, seed: int = 0) -> Path:
+    """Build the LLaVA over `text_type` into `directory` (this interpreter)."""
+    from .build import build_checkpoint
+
+    return build_checkpoint(backbone_spec(text_type), Path(directory), {"backbone": text_type, "seed": seed}, seed)
