@@ -11,8 +11,10 @@ whole on every tensor-parallel rank.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import textwrap
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -80,6 +82,85 @@ def linears_with_own_forward(root: torch.nn.Module, sharded: Iterable[str] = ())
             path = f"{qualified}.{name}" if qualified else name
             if own_forward and not any(p.match(path) for p in patterns):
                 yield parent, name, child
+
+
+WEIGHT_NAMES = frozenset({"weight", "bias"})
+"""A linear layer's tensors, which vLLM's layer holds otherwise than `nn.Linear`: on the
+CPU it packs the weight for its kernel and leaves an empty tensor as `weight`."""
+METADATA_READS = frozenset({"dtype", "device"})
+"""What code may read of a weight that vLLM's emptied tensor still answers."""
+
+
+def linears_read_directly(root: torch.nn.Module) -> Iterator[Site]:
+    """`nn.Linear` layers whose tensors a module's forward reads instead of calling the layer
+    (Jamba's Mamba mixer computes `self.dt_proj.weight @ time_step`). On the CPU vLLM's linear
+    layer leaves an empty `weight`, and the mixer raised `size mismatch, got input (2), mat
+    (2x4), vec (0)`. Kept whatever the tensor-parallel plan says: read whole, a weight
+    sharded would be wrong too. Read from the code each class's forward reaches through
+    its own methods, once per class; reads of a weight's dtype or device, or `isinstance`
+    checks, do not count."""
+    read: dict[type, frozenset[tuple[str, ...]]] = {}
+    seen: set[int] = set()
+    for module in root.modules():
+        if type(module) not in read:
+            read[type(module)] = _tensor_reads(type(module))
+        for path in read[type(module)]:
+            parent = module
+            for name in path[:-1]:
+                parent = parent._modules.get(name) if isinstance(parent, torch.nn.Module) else None
+            child = parent._modules.get(path[-1]) if isinstance(parent, torch.nn.Module) else None
+            if isinstance(child, torch.nn.Linear) and id(child) not in seen:
+                seen.add(id(child))
+                yield parent, path[-1], child
+
+
+def _tensor_reads(cls: type) -> frozenset[tuple[str, ...]]:
+    """The `self.<path>` whose `weight` or `bias` the methods `cls.forward` reaches read."""
+    paths: set[tuple[str, ...]] = set()
+    pending, visited = ["forward"], set()
+    while pending:
+        method = pending.pop()
+        visited.add(method)
+        tree = _method_tree(cls, method)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                child.parent = node  # type: ignore[attr-defined]
+        for node in ast.walk(tree):
+            path = _self_path(node)
+            if path and len(path) > 1 and path[-1] in WEIGHT_NAMES and not _reads_metadata_only(node):
+                paths.add(path[:-1])
+            called = isinstance(node, ast.Call) and _self_path(node.func)
+            if called and len(called) == 1 and called[0] not in visited and inspect.isfunction(getattr(cls, called[0], None)):
+                pending.append(called[0])
+    return frozenset(paths)
+
+
+def _method_tree(cls: type, name: str) -> ast.AST | None:
+    function = getattr(cls, name, None)
+    if not inspect.isfunction(function) or function.__module__.startswith("torch."):
+        return None
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):  # no source to read: nothing known to read directly
+        return None
+
+
+def _self_path(node: ast.AST) -> tuple[str, ...] | None:
+    """`("a", "b")` for the expression `self.a.b`, else None."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    return tuple(reversed(names)) if isinstance(node, ast.Name) and node.id == "self" and names else None
+
+
+def _reads_metadata_only(node: ast.AST) -> bool:
+    parent = getattr(node, "parent", None)
+    if isinstance(parent, ast.Attribute) and parent.attr in METADATA_READS:
+        return True
+    return isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "isinstance"
 
 
 def norms_over_another_axis(root: torch.nn.Module) -> Iterator[Site]:

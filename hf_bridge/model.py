@@ -63,7 +63,7 @@ from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY
 from .forward_token_rows import EMBEDS, TokenRows, learn_token_rows
 from .head import HFLogitsHead
-from .kept_modules import kept_out, linears_with_own_forward, norms_over_another_axis, torch_composites
+from .kept_modules import kept_out, linears_read_directly, linears_with_own_forward, norms_over_another_axis, torch_composites
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
@@ -387,7 +387,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def recursive_replace(self):
         """vLLM's layer replacement, minus the modules it would break (`kept_modules.py`):
         torch's own composites (`nn.MultiheadAttention` reads its child's weight directly),
-        linear layers whose forward does more than the linear map (Llama 4's router) and
+        linear layers whose forward does more than the linear map (Llama 4's router) or
+        whose weights another forward reads (Jamba's Mamba mixer), and
         norms over another axis than the last (timm's `RmsNorm2d`).
         On the CPU, vLLM's layers get their inputs in the layout its kernels take
         (`cpu_linear_inputs.py`). A text model with a generation head of its own runs to
@@ -399,7 +400,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             run_to_hidden_states(text_model, head_name)
         with self._towers_replicated(text_model):
             sharded = (self.model.tp_plan or {}).keys()
-            kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded), *norms_over_another_axis(self.model)]
+            kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
+                    *linears_read_directly(self.model), *norms_over_another_axis(self.model)]
             with kept_out(kept):
                 super().recursive_replace()
         for module in self.model.modules():

@@ -14,6 +14,7 @@ from hf_bridge.kept_modules import (
     experts_with_another_gated_mlp,
     experts_without_routing,
     kept_out,
+    linears_read_directly,
     linears_with_own_forward,
     norms_over_another_axis,
     torch_composites,
@@ -41,6 +42,55 @@ def test_a_linear_with_a_forward_of_its_own_is_kept_unless_the_plan_shards_it():
     root.block.proj = torch.nn.Linear(4, 4)
     assert [(parent, name) for parent, name, _ in linears_with_own_forward(root)] == [(root.block, "router")]
     assert list(linears_with_own_forward(root, sharded=[r"block\.router"])) == []
+
+
+class _ReadsItsLinears(torch.nn.Module):
+    """Reads `proj`'s weight in a helper its forward calls, `block.out`'s bias in its
+    forward, and `gate`'s weight only in its init and for its dtype and type."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.gate, self.kept_whole = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.block = torch.nn.Module()
+        self.block.out = torch.nn.Linear(4, 4)
+        self.gate.weight.data.zero_()
+
+    def forward(self, x):
+        if isinstance(self.gate.weight, torch.Tensor) and x.dtype != self.gate.weight.dtype:
+            x = x.to(self.gate.weight.device)
+        return self.block.out(self._project(x)) + self.block.out.bias + self.gate(x) + self.kept_whole(x)
+
+    def _project(self, x):
+        return x @ self.proj.weight.T
+
+    def _init_weights(self):
+        self.kept_whole.weight.data.zero_()
+
+
+def test_linears_whose_tensors_a_forward_reads_are_kept():
+    """vLLM's CPU linear layer leaves an empty `weight` once it has packed it for its kernel:
+    a forward that reads the tensors (through a method of its own too) keeps its layer; one
+    that reads only their dtype, device or type, or reads them only outside its forward,
+    does not."""
+    root = torch.nn.Module()
+    root.reader = _ReadsItsLinears()
+    kept = [(parent, name, module) for parent, name, module in linears_read_directly(root)]
+    assert sorted((name, getattr(parent, name) is module) for parent, name, module in kept) == [("out", True), ("proj", True)]
+    assert {id(parent) for parent, _, _ in kept} == {id(root.reader), id(root.reader.block)}
+
+
+def test_jambas_mamba_mixer_keeps_the_projection_it_multiplies_by_directly():
+    """Jamba's mixer computes `self.dt_proj.weight @ time_step`; its other linears are called.
+    T5's feed-forward reads `wo.weight` only for its type and dtype."""
+    from transformers import JambaConfig, T5Config
+    from transformers.models.jamba.modeling_jamba import JambaMambaMixer
+    from transformers.models.t5.modeling_t5 import T5DenseActDense
+
+    root = torch.nn.ModuleDict({
+        "jamba": JambaMambaMixer(JambaConfig(**TINY, mamba_d_state=8, mamba_dt_rank=4), layer_idx=0),
+        "t5": T5DenseActDense(T5Config(d_model=32, d_ff=64)),
+    })
+    assert [(parent, name) for parent, name, _ in linears_read_directly(root)] == [(root["jamba"], "dt_proj")]
 
 
 def test_experts_that_cannot_take_the_routing_are_kept():
