@@ -3,8 +3,9 @@
 `HFBridgeMoEMixin` is vLLM's `MoEMixin` with what HF MoE checkpoints need beyond it: an
 experts-per-token count kept under another name, a router's renormalization measured
 where the config does not name it (`routing.py`), experts stored transposed, and experts
-that cannot take vLLM's routing, compute another gated MLP than its fused layer, or
-differ in width from the others, kept as transformers wrote them.
+that cannot take vLLM's routing, whose block vLLM's own router would route otherwise,
+that compute another gated MLP than its fused layer, or differ in width from the others,
+kept as transformers wrote them.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from contextlib import contextmanager
 
 from vllm.config.utils import getattr_iter
 from vllm.logger import init_logger
+from vllm.model_executor.models.transformers.fusers.moe import MoEBlockFuser
 from vllm.model_executor.models.transformers.moe import MoEMixin
 from vllm.model_executor.models.transformers.utils import maybe_per_layer
 from vllm.model_executor.models.utils import extract_layer_index
+from vllm.platforms import current_platform
 from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
 
 from . import LOGGER_NAME, errors
-from .kept_modules import WIDTH_ATTRIBUTE, experts_modules, experts_of_another_width, experts_with_another_gated_mlp, experts_without_routing, kept_out
+from .kept_modules import EXPERTS_NAME, WIDTH_ATTRIBUTE, Site, experts_modules, experts_of_another_width, experts_with_another_gated_mlp, experts_without_routing, kept_out
 from .routing import name_renormalization
 
 logger = init_logger(LOGGER_NAME)
@@ -28,10 +31,36 @@ VLLM_TOP_K_FIELDS = ("num_experts_per_tok", "top_k")
 """The experts-per-token fields vLLM's `MoEMixin` reads."""
 VLLM_WIDTH_FIELDS = ("moe_intermediate_size", "intermediate_size")
 """The experts-width fields vLLM's `MoEMixin` reads, first found first."""
+CPU_ROUTER_SCORING = "softmax"
+"""The one scoring vLLM's CPU router computes for an ungrouped router it routes itself."""
 TOP_K_FIELDS = ("moe_k",)
 """An experts-per-token field that neither vLLM's `MoEMixin` nor vLLM's config reader
 (`ModelArchConfigConvertorBase`, which knows Aria's `moe_topk` and Gemma 4's
 `top_k_experts`) reads: Ernie 4.5's `moe_k`."""
+
+
+def experts_routed_otherwise(root, text_config) -> list[Site]:
+    """`experts` whose whole block vLLM would replace by its own router and fused layer
+    (its `MoEBlockFuser` matched the block's gate), where that router would not route as the
+    block does (`_why_routed_otherwise`). Kept, the block routes in transformers."""
+    return [site for site in experts_modules(root) if _why_routed_otherwise(site[0], text_config)]
+
+
+def _why_routed_otherwise(block, text_config) -> str:
+    """Why vLLM's own router would not route `block` as transformers does ("" where it would):
+    the block holds tensors of its own, which vLLM's rewritten block drops (LFM2-MoE hands
+    its gate the block's `expert_bias`); or, on the CPU, its gate scores by sigmoid without
+    expert groups, which vLLM's CPU router does not take (it asserts softmax)."""
+    fuser = MoEBlockFuser.match(block, EXPERTS_NAME)
+    if fuser is None:
+        return ""
+    own = [name for name, _ in (*block.named_parameters(recurse=False), *block.named_buffers(recurse=False))]
+    if own:
+        return f"its block holds {', '.join(own)}, which vLLM's router would not read"
+    grouped = getattr(text_config, "n_group", None) is not None and getattr(text_config, "topk_group", None) is not None
+    if current_platform.is_cpu() and fuser.scoring_func != CPU_ROUTER_SCORING and not grouped:
+        return f"its gate scores by {fuser.scoring_func} without expert groups; vLLM's CPU router takes {CPU_ROUTER_SCORING} only"
+    return ""
 
 
 class HFBridgeMoEMixin(MoEMixin):
@@ -53,6 +82,12 @@ class HFBridgeMoEMixin(MoEMixin):
             logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
                         "fused-MoE layer computes", type(otherwise_gated[0][2]).__name__)
             kept += otherwise_gated
+        routed_otherwise = [site for site in experts_routed_otherwise(self.model, self.text_config) if site not in kept]
+        if routed_otherwise:
+            logger.info("hf_bridge keeps transformers' %s: vLLM would route its block in vLLM's own router, which "
+                        "would not route as its block does (%s)", type(routed_otherwise[0][2]).__name__,
+                        _why_routed_otherwise(routed_otherwise[0][0], self.text_config))
+            kept += routed_otherwise
         fused = [site for site in experts_modules(self.model) if site not in kept]
         width, other_width = experts_of_another_width(fused) if self._width_misread(fused) else (None, [])
         if other_width:
@@ -65,9 +100,12 @@ class HFBridgeMoEMixin(MoEMixin):
         if renormalized is not None:
             logger.info("hf_bridge measured %s's router: its top-k weights are %srenormalized (norm_topk_prob=%s, "
                         "which the config does not name)", type(self.model).__name__, "" if renormalized else "not ", renormalized)
-        # read before vLLM's layer replaces them: HF experts that store (in, out) per expert
+        # read before vLLM's layer replaces them: HF experts that store (in, out) per expert, fused
+        # (kept ones load as transformers stores them: GPT-OSS's)
+        kept_ids = {id(module) for _, _, module in kept}
         self.transposed_experts = frozenset(
-            f"model.{name}." for name, module in self.model.named_modules() if getattr(module, "is_transposed", False)
+            f"model.{name}." for name, module in self.model.named_modules()
+            if getattr(module, "is_transposed", False) and id(module) not in kept_ids
         )
         with kept_out(kept), experts_width_read(self.text_config, width):
             super().recursive_replace()

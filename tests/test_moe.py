@@ -70,3 +70,35 @@ def test_vllm_reads_the_experts_own_width_while_it_replaces_them():
     assert config.moe_intermediate_size == [96, 48]
     with experts_width_read(config, None):
         assert config.moe_intermediate_size == [96, 48]
+
+
+def test_blocks_vllm_would_route_otherwise_are_named():
+    """vLLM replaces a whole MoE block by its own router and fused layer where its fuser
+    matches the gate. LFM2-MoE's block holds the `expert_bias` it hands its gate, which that
+    router would not read; its gate scores by sigmoid with no expert groups, which vLLM's CPU
+    router refuses (`assert self.scoring_func == "softmax"`). Qwen3-MoE's softmax block, and
+    DeepSeek-V3's sigmoid block routed in expert groups, route in vLLM as in transformers."""
+    import torch
+    from transformers import DeepseekV3Config, Lfm2MoeConfig, Qwen3MoeConfig
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+    from transformers.models.lfm2_moe.modeling_lfm2_moe import Lfm2MoeSparseMoeBlock
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+    from hf_bridge.moe import _why_routed_otherwise, experts_routed_otherwise
+
+    tiny = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, vocab_size=100)
+    lfm2 = Lfm2MoeConfig(**tiny, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+    qwen3 = Qwen3MoeConfig(**tiny, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+    deepseek = DeepseekV3Config(**tiny, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, n_group=1,
+                                topk_group=1, n_shared_experts=1)
+    with torch.device("meta"):
+        blocks = torch.nn.ModuleDict({"lfm2": Lfm2MoeSparseMoeBlock(lfm2), "qwen3": Qwen3MoeSparseMoeBlock(qwen3),
+                                      "deepseek": DeepseekV3MoE(deepseek)})
+    assert _why_routed_otherwise(blocks["lfm2"], lfm2) == "its block holds expert_bias, which vLLM's router would not read"
+    lfm2.use_expert_bias = False
+    with torch.device("meta"):
+        unbiased = Lfm2MoeSparseMoeBlock(lfm2)
+    assert _why_routed_otherwise(unbiased, lfm2) == (
+        "its gate scores by sigmoid without expert groups; vLLM's CPU router takes softmax only")
+    assert _why_routed_otherwise(blocks["qwen3"], qwen3) == "" and _why_routed_otherwise(blocks["deepseek"], deepseek) == ""
+    assert [parent for parent, _, _ in experts_routed_otherwise(blocks, deepseek)] == [blocks["lfm2"]]
