@@ -78,6 +78,25 @@ def install(describe: Callable[[torch.nn.Module, list[str]], str]) -> None:
             ALL_ATTENTION_FUNCTIONS.register(name, refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], describe))
 
 
+def attends_beside_its_state(kind: str) -> bool:
+    """Whether transformers' cache layer for a layer type keeps keys and values beside a
+    state (the "hybrid" types: Falcon-H1's Mamba mixer beside attention)."""
+    from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, DynamicLayer
+
+    return issubclass(DYNAMIC_LAYER_TYPE_MAPPING.get(kind, object), DynamicLayer)
+
+
+def layers_holding_nothing(config: Any) -> list[tuple[int, str]]:
+    """(index, layer type) of each decoder layer that neither attends nor carries a state
+    (Nemotron-H's "mlp" and "moe" layers): transformers gives it an empty cache layer, a
+    linear-attention layer with no state."""
+    from transformers.cache_utils import DYNAMIC_LAYER_TYPE_MAPPING, LinearAttentionLayer, get_layer_types_and_kwargs
+
+    types, per_layer_kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return [(index, kind) for index, (kind, kwargs) in enumerate(zip(types, per_layer_kwargs))
+            if DYNAMIC_LAYER_TYPE_MAPPING.get(kind) is LinearAttentionLayer and "number_of_states" not in kwargs]
+
+
 def layers_with_carried_state(config: Any) -> list[tuple[int, str]]:
     """(index, layer type) of each decoder layer whose transformers cache keeps a
     convolution or recurrent state: those `get_layer_types_and_kwargs` gives a

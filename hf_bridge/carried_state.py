@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from . import errors
+
 CACHE_ARGUMENTS = ("cache_params", "past_key_values")
 """What transformers' modules call the cache they read a layer's states from."""
 STATE_KINDS = ("conv_states", "recurrent_states")
@@ -60,12 +62,14 @@ class StepSequence:
 def state_modules(model: torch.nn.Module, layers: Iterable[int]) -> dict[int, tuple[str, torch.nn.Module]]:
     """Each decoder layer index in `layers` -> the qualname and module transformers hands that
     layer's cache to: the innermost module with that `layer_idx` whose forward takes the
-    cache. A layer with none, or with two, is left out."""
+    cache, attention modules aside (Falcon-H1's layers run a Mamba mixer beside attention,
+    both handed the cache; vLLM keeps the attention's keys and values). A layer with none,
+    or with two, is left out."""
     wanted = set(layers)
     found: dict[int, list[tuple[str, torch.nn.Module]]] = {}
     for name, module in model.named_modules():
         index = getattr(module, "layer_idx", None)
-        if index in wanted and cache_argument(module) is not None:
+        if index in wanted and cache_argument(module) is not None and not attends_through_transformers(type(module)):
             found.setdefault(index, []).append((name, module))
     innermost = {}
     for index, candidates in found.items():
@@ -73,6 +77,20 @@ def state_modules(model: torch.nn.Module, layers: Iterable[int]) -> dict[int, tu
         if len(inner) == 1:
             innermost[index] = inner[0]
     return innermost
+
+
+ATTENTION_INTERFACE = "ALL_ATTENTION_FUNCTIONS"
+"""transformers' registry of attention functions, where vLLM's `"vllm"` function is found:
+an attention module's forward calls through it."""
+
+
+@functools.cache
+def attends_through_transformers(cls: type) -> bool:
+    """Whether `cls.forward` calls transformers' attention interface, as its attention modules do."""
+    try:
+        return ATTENTION_INTERFACE in inspect.getsource(cls.forward)
+    except (OSError, TypeError):  # no source to read: not known to attend
+        return False
 
 
 def cache_argument(module: torch.nn.Module) -> str | None:
@@ -124,7 +142,8 @@ class OneLayerCache:
 
 
 class StateLayoutError(ValueError):
-    """The module's cached state changes shape with the prompt, or it caches none."""
+    """The module's cached state changes shape with the prompt, it caches none, or it does
+    not run on hidden states and a transformers cache alone."""
 
 
 @torch.no_grad()
@@ -134,7 +153,10 @@ def measure_layout(forward: Callable[..., Any], argument: str, cache: OneLayerCa
     measured by running it at each of `PROBE_LENGTHS` (its weights need only be allocated)."""
     layouts = set()
     for length in PROBE_LENGTHS:
-        forward(torch.zeros(1, length, width, device=device, dtype=dtype), **{argument: cache.holding(None, ())})
+        try:
+            forward(torch.zeros(1, length, width, device=device, dtype=dtype), **{argument: cache.holding(None, ())})
+        except (TypeError, AttributeError) as exc:  # it wants more, or a cache class of its own (MiniMax's)
+            raise StateLayoutError(errors.state_module_not_run_alone(getattr(forward, "__qualname__", str(forward)), exc)) from exc
         layouts.add(cache.measured())
     if len(layouts) != 1 or not next(iter(layouts)):
         raise StateLayoutError(f"{getattr(forward, '__qualname__', forward)} caches {sorted(map(str, layouts))} after prompts of "

@@ -261,6 +261,32 @@ def carried_state_without_slots(layers: list[tuple[int, str]], model_type: str, 
     )
 
 
+def attention_beside_state_not_found(layers: list[tuple[int, str]], model_type: str) -> str:
+    return (
+        f"{len(layers)} decoder layer(s) of this {model_type} model attend beside the state they carry (layers "
+        f"{_layer_list(layers)}), and no attention module of theirs calls transformers' attention interface with "
+        f"their own layer index, where vLLM's attention layer is found (an attention block shared across layers, "
+        f"as Zamba2's is, has no index of its own). Served without it, their attention would keep no keys. "
+        f"{NATIVE_OR_TRANSFORMERS}"
+    )
+
+
+def state_module_not_run_alone(module: str, exc: Exception) -> str:
+    return (
+        f"{module} does not run on hidden states and a transformers cache alone ({type(exc).__name__}: {exc}), "
+        f"as hf_bridge runs each layer that carries a state: it takes more arguments, or reads a cache class "
+        f"of its own. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
+def carried_state_beside_latent_attention(model_type: str) -> str:
+    return (
+        f"this {model_type} model's layers that carry a state from step to step sit beside multi-head latent "
+        f"attention (MLA), and hf_bridge builds state slots beside vLLM's regular attention layers only. "
+        f"{NATIVE_OR_TRANSFORMERS}"
+    )
+
+
 def carried_state_needs_one_tensor_parallel_rank(model_type: str, tensor_size: int) -> str:
     return (
         f"tensor_parallel_size={tensor_size} cannot serve this {model_type} model: its layers that carry a "

@@ -191,7 +191,7 @@ def handed_to_decoder(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs
     decoder class's `__call__` (a flat model's own), and would trace this call."""
     decoder = hf_model.get_decoder()
     if decoder is hf_model:
-        name, stand_in = _layers_name(hf_model), torch.nn.ModuleList([_FirstLayerStandIn()])
+        name, stand_in = decoder_layers_name(hf_model), torch.nn.ModuleList([_FirstLayerStandIn()])
     else:
         name = next((n for n, child in hf_model.named_children() if child is decoder), None)
         if name is None:
@@ -208,13 +208,14 @@ def handed_to_decoder(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs
     return None
 
 
-def _layers_name(hf_model: torch.nn.Module) -> str:
-    """The flat model's child holding its decoder layers (as many as the config names)."""
-    count = hf_model.config.get_text_config().num_hidden_layers
-    for name, child in hf_model.named_children():
+def decoder_layers_name(model: torch.nn.Module) -> str:
+    """The child of `model` (a decoder, or a flat model that is its own) holding its decoder
+    layers: the list of as many modules as its config names layers."""
+    count = model.config.get_text_config().num_hidden_layers
+    for name, child in model.named_children():
         if isinstance(child, torch.nn.ModuleList) and len(child) == count:
             return name
-    raise ValueError(f"{type(hf_model).__name__} encodes items inline and has no list of {count} decoder layers to stop its forward at")
+    raise ValueError(f"{type(model).__name__} has no list of {count} decoder layers among its children")
 
 
 _CHECKED_FLAT: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()

@@ -2,6 +2,9 @@
 (`carried_state.py`): one vLLM layer per such decoder layer, and the model's side of
 vLLM's hybrid-model interface.
 
+A layer that attends beside its state (Falcon-H1's) keeps vLLM's attention layer and gets
+a state layer too; a layer that does neither (Nemotron-H's MLP and MoE layers) gets none.
+
 Each `CarriedStateLayer` is a vLLM state layer (`MambaBase`) with no weights: vLLM sizes
 its slots from the layout measured on the HF module once the weights are loaded, gives it
 a slot per running request, and hands it the step's requests (`LinearAttentionMetadata`:
@@ -25,6 +28,7 @@ from vllm.config import CUDAGraphMode, VllmConfig
 from vllm.distributed.utils import get_pp_indices
 from vllm.forward_context import get_forward_context
 from vllm.logger import init_logger
+from vllm.model_executor.layers.attention import MLAAttention
 from vllm.model_executor.layers.mamba.abstract import MambaBase
 from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
 from vllm.model_executor.models.utils import maybe_prefix
@@ -32,9 +36,10 @@ from vllm.platforms import current_platform
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 
 from . import LOGGER_NAME, errors
-from .attention_terms import layers_with_carried_state
+from .attention_terms import attends_beside_its_state, layers_holding_nothing, layers_with_carried_state
 from .bidirectional import KeepMediaItemsWhole
 from .carried_state import OneLayerCache, StateEntry, StepSequence, cache_argument, measure_layout, run_on_slots, state_modules
+from .features import decoder_layers_name
 from .step_kwargs import keep_eager
 
 logger = init_logger(LOGGER_NAME)
@@ -113,8 +118,9 @@ def _step_sequences(metadata) -> list[StepSequence]:
 
 
 class _StateFuser:
-    """Stands in vLLM's attention-fuser map for a layer that carries a state, so that vLLM's
-    backend builds that layer's vLLM layer with the others (`CarriedStateMixin._get_attn_cls`)."""
+    """Stands in vLLM's attention-fuser map for a layer that carries a state and does not
+    attend, or does neither, so that vLLM's backend builds that layer's vLLM layer (a state
+    layer, or `HoldsNothing`) with the others (`CarriedStateMixin._get_attn_cls`)."""
 
     @staticmethod
     def scale(module: torch.nn.Module) -> None:
@@ -123,6 +129,11 @@ class _StateFuser:
     @staticmethod
     def sinks(module: torch.nn.Module) -> None:
         return None
+
+
+class HoldsNothing(torch.nn.Module):
+    """What vLLM's backend, which builds a layer for every decoder layer index, gets for a
+    layer that neither attends nor carries a state: no cache, no weights, never called."""
 
 
 class CarriedStateMixin:
@@ -139,23 +150,57 @@ class CarriedStateMixin:
             logger.info("hf_bridge runs %s eagerly: its state layers read the step's requests", type(text_model).__name__)
 
     def _create_attention_instances(self, prefix: str = ""):
+        """vLLM's layers for the decoder: its attention layers, a state layer for each layer
+        that carries a state (beside its attention layer where the layer attends too), and
+        none for a layer that does neither. vLLM's backend builds one layer per decoder
+        layer index, through `_get_attn_cls`; a state layer beside attention is built here."""
         carried = layers_with_carried_state(self.config)
         decoder = self.model.get_decoder()  # its layers alone: a tower's modules may have a `layer_idx` too
         decoder_name = next(name for name, module in self.named_modules() if module is decoder)
         modules = {index: (f"{decoder_name}.{name}", module)
                    for index, (name, module) in state_modules(decoder, [index for index, _ in carried]).items()}
-        missing = [(index, kind) for index, kind in carried if index not in modules and index in self._layers_on_this_rank()]
-        if missing:
-            raise ValueError(errors.layers_with_carried_state(missing, self.config.model_type))
-        if self.tp_group.world_size > 1:
-            raise ValueError(errors.carried_state_needs_one_tensor_parallel_rank(self.config.model_type, self.tp_group.world_size))
-        self._state_layer_modules = {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): (index, module) for index, (name, module) in modules.items()}
+        self._refuse_what_cannot_be_laid_out(carried, modules)
+        beside_attention = {index for index in modules if index in self.attention_fusers}
+        self._state_layer_modules = {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): (index, module)
+                                     for index, (name, module) in modules.items() if index not in beside_attention}
         for index, (name, _) in modules.items():
+            if index not in beside_attention:
+                self.attention_fusers[index] = (name, _StateFuser)
+        self._empty_layers = set()
+        for index in self._layers_holding_nothing():
+            name = f"{decoder_name}.{decoder_layers_name(decoder)}.{index}"
             self.attention_fusers[index] = (name, _StateFuser)
+            self._empty_layers.add(maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"))
         super()._create_attention_instances(prefix)
+        for index in beside_attention:
+            name, module = modules[index]
+            layer = CarriedStateLayer(module, index, self.text_config, maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"), self.vllm_config)
+            setattr(module, VLLM_ATTN_ATTR, layer)
         self.carried_state_layers = [getattr(module, VLLM_ATTN_ATTR) for _, module in modules.values()]
         logger.info("hf_bridge: %d of %d decoder layers carry a state from step to step (%s); vLLM keeps it per request",
                     len(modules), self.text_config.num_hidden_layers, ", ".join(sorted({kind for _, kind in carried})))
+
+    def _refuse_what_cannot_be_laid_out(self, carried: list[tuple[int, str]], modules: dict[int, Any]) -> None:
+        """Refuse by name what would run without its states or its attention: a layer with no
+        one module holding its states, states beside MLA, attention beside states that vLLM
+        cannot find, more than one tensor-parallel rank."""
+        model_type = self.config.model_type
+        missing = [(index, kind) for index, kind in carried if index not in modules and index in self._layers_on_this_rank()]
+        if missing:
+            raise ValueError(errors.layers_with_carried_state(missing, model_type))
+        if super()._get_attn_cls() is MLAAttention:  # vLLM builds MLA layers only where it is handed that class itself
+            raise ValueError(errors.carried_state_beside_latent_attention(model_type))
+        unattended = [(index, kind) for index, kind in carried
+                      if index in modules and attends_beside_its_state(kind) and index not in self.attention_fusers]
+        if unattended:
+            raise ValueError(errors.attention_beside_state_not_found(unattended, model_type))
+        if self.tp_group.world_size > 1:
+            raise ValueError(errors.carried_state_needs_one_tensor_parallel_rank(model_type, self.tp_group.world_size))
+
+    def _layers_holding_nothing(self) -> list[int]:
+        """The layers on this rank that neither attend nor carry a state, as transformers reads the config."""
+        on_rank = self._layers_on_this_rank()
+        return [index for index, _ in layers_holding_nothing(self.config) if index in on_rank and index not in self.attention_fusers]
 
     def _layers_on_this_rank(self) -> range:
         return range(*get_pp_indices(self.text_config.num_hidden_layers, self.pp_group.rank_in_group, self.pp_group.world_size))
@@ -165,6 +210,8 @@ class CarriedStateMixin:
         states = getattr(self, "_state_layer_modules", {})
 
         def build(**kwargs: Any):
+            if kwargs["prefix"] in getattr(self, "_empty_layers", ()):
+                return HoldsNothing()
             if kwargs["prefix"] not in states:
                 return attn_cls(**kwargs)
             index, module = states[kwargs["prefix"]]

@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from hf_bridge import errors
-from hf_bridge.attention_terms import install, known_keywords, layers_with_carried_state, refuse_unapplied_terms, unapplied_terms
+from hf_bridge.attention_terms import (
+    install,
+    known_keywords,
+    layers_holding_nothing,
+    layers_with_carried_state,
+    refuse_unapplied_terms,
+    unapplied_terms,
+)
 
 MINIMAX_SPARSE = Path(__file__).parent / "helpers" / "minimax_sparse.py"
 NATIVE = ("Serve it with vLLM's native implementation (model_impl=\"vllm\") where vLLM has one for this architecture, "
@@ -74,6 +81,20 @@ def test_layers_keeping_state_are_read_as_transformers_caches_them():
     assert [kind for _, kind in layers_with_carried_state(inkling)] == inkling.text_config.layer_types
     assert {"hybrid", "hybrid_sliding"} <= set(inkling.text_config.layer_types)
     assert layers_with_carried_state(LlavaConfig()) == [] and layers_with_carried_state(MiniMaxM3VLConfig()) == []
+
+
+def test_layers_that_neither_attend_nor_carry_a_state_are_named():
+    """Nemotron-H's MLP and MoE layers: transformers caches nothing for them; its Mamba
+    layer carries a state and its attention layer attends. A model without such layers has none."""
+    from transformers import Qwen3_5Config
+
+    from hf_bridge.zoo.backbones import backbone_config
+
+    nemotron = backbone_config("nemotron_h", 64)
+    assert nemotron.layers_block_type == ["linear_attention", "moe", "full_attention", "mlp"]  # Mamba, MoE, attention, MLP
+    assert layers_holding_nothing(nemotron) == [(1, "moe"), (3, "mlp")]
+    assert layers_with_carried_state(nemotron) == [(0, "linear_attention")]
+    assert layers_holding_nothing(Qwen3_5Config()) == []
 
 
 REFUSE = """

@@ -113,12 +113,36 @@ def test_the_layout_is_what_transformers_caches():
     assert [(e.kind, e.index, e.shape) for e in layout] == [("conv_states", 0, (WIDTH, config.conv_L_cache))]
 
 
+def test_a_module_that_needs_more_than_the_cache_is_refused_by_name():
+    """MiniMax's lightning attention takes position embeddings and a mask too, and reads a
+    cache class of its own (`get_linear_cache`): it cannot be run as hf_bridge runs a layer,
+    and says so, naming the module and what it raised."""
+    from transformers.models.minimax.modeling_minimax import MiniMaxLightningAttention
+
+    from hf_bridge import errors
+    from hf_bridge.carried_state import StateLayoutError
+    from hf_bridge.zoo.backbones import backbone_config
+
+    config = backbone_config("minimax", 64)
+    index = config.layer_types.index("linear_attention")
+    module = MiniMaxLightningAttention(config, index)
+    with pytest.raises(StateLayoutError) as raised:
+        measure_layout(module.forward, "past_key_values", OneLayerCache(config, index), 64, torch.device("cpu"), torch.float32)
+    assert str(raised.value) == errors.state_module_not_run_alone("MiniMaxLightningAttention.forward", raised.value.__cause__)
+    assert isinstance(raised.value.__cause__, TypeError)
+
+
 def test_the_module_given_each_layer_cache_is_found():
     """The innermost module with the layer's index that takes the cache: Qwen3.5's
-    `linear_attn`, not the decoder layer around it; LFM2's `conv`."""
+    `linear_attn`, not the decoder layer around it; LFM2's `conv`; Falcon-H1's `mamba`,
+    not the attention beside it, which is handed the cache too (vLLM keeps its keys)."""
     from transformers import AutoModel
 
-    for config, expected in ((qwen3_5_text_config(), "layers.0.linear_attn"), (lfm2_config(), "layers.0.conv")):
+    from hf_bridge.zoo.backbones import backbone_config
+
+    falcon_h1 = backbone_config("falcon_h1", 64)
+    for config, expected in ((qwen3_5_text_config(), "layers.0.linear_attn"), (lfm2_config(), "layers.0.conv"),
+                             (falcon_h1, "layers.0.mamba")):
         with torch.device("meta"):
             model = AutoModel.from_config(config)
         found = state_modules(model, [0])
