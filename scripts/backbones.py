@@ -1,0 +1,109 @@
+"""Decoders no VLM type in transformers ships yet, behind the zoo's LLaVA tower
+(`hf_bridge/zoo/backbones.py`): every stage through `hf-bridge validate`, against
+transformers, through hf_bridge and vLLM's in-tree Transformers backend.
+
+    .venv/bin/python scripts/backbones.py --out BACKBONES.md          # all (about 40 minutes)
+    .venv/bin/python scripts/backbones.py --only jamba --impls hf_bridge   # printed only
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+CARRYING_STATE = (
+    "bamba", "falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "qwen3_next", "lfm2", "lfm2_moe",
+    "olmo_hybrid", "kimi_linear", "minimax", "zamba", "zamba2", "mamba", "mamba2", "falcon_mamba", "recurrent_gemma",
+)
+"""Decoders with layers that carry a convolution or recurrent state (Mamba, linear attention,
+short convolutions), alone or beside attention."""
+ATTENTION_ONLY = (
+    "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma2", "gemma3_text", "phi3", "granite", "olmo2",
+    "cohere2", "glm4", "exaone4", "ernie4_5", "smollm3", "olmo3", "seed_oss", "apertus", "deepseek_v3", "gpt_oss",
+    "mixtral", "qwen2_moe", "glm4_moe", "minimax_m2", "hunyuan_v1_moe",
+)
+"""Decoders VLMs are built on or could be, for comparison."""
+CASES = ("text_only", "one_image", "two_images")
+IMPLS = ("hf_bridge", "intree")
+DETAIL_CHARS = 200
+NOT_BUILT: dict[str, str] = {}
+"""Each text type whose checkpoint did not build -> why, so that no implementation runs a half-written one."""
+
+
+def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
+    """(exit code, what did not pass, seconds) of validating the LLaVA over `text_type`."""
+    from hf_bridge.validate import command
+    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+    from hf_bridge.zoo.backbones import build_backbone_model
+
+    model_dir = scratch / text_type
+    if text_type not in NOT_BUILT and not model_dir.exists():
+        try:
+            build_backbone_model(text_type, model_dir)
+        except Exception as exc:  # noqa: BLE001 - recorded with its cause
+            NOT_BUILT[text_type] = f"not built: {type(exc).__name__}: {' '.join(str(exc).split())[:DETAIL_CHARS]}"
+    if text_type in NOT_BUILT:
+        return 3, NOT_BUILT[text_type], 0.0
+    start = time.perf_counter()
+    report = command.run(model_dir, impl, case_names=list(CASES))
+    others = [v for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
+    said = f"{len(others)} verdict(s) not passed, first {others[0].case} {others[0].stage}: {others[0].outcome}: " \
+        f"{' '.join(others[0].detail.split())[:DETAIL_CHARS]}" if others else ""
+    if not others and any(v.outcome == NOT_APPLICABLE for v in report.verdicts):
+        first = next(v for v in report.verdicts if v.outcome == NOT_APPLICABLE)
+        said = f"n/a: {' '.join(first.detail.split())[:DETAIL_CHARS]}"
+    return report.exit_code, said, time.perf_counter() - start
+
+
+def layer_kinds(model_dir: Path) -> str:
+    """The decoder's layer types, as transformers' cache reads them."""
+    from transformers import AutoConfig
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    try:
+        types, _ = get_layer_types_and_kwargs(AutoConfig.from_pretrained(model_dir).get_text_config())
+    except Exception:  # noqa: BLE001 - a config transformers cannot read its layers from
+        return "?"
+    return ", ".join(dict.fromkeys(types))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+")
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for group, types in (("carries state", CARRYING_STATE), ("attention only", ATTENTION_ONLY)):
+            for text_type in types:
+                if args.only and text_type not in args.only:
+                    continue
+                verdicts = []
+                for impl in args.impls:
+                    code, others, seconds = check(text_type, Path(scratch), impl)
+                    verdict = "pass" if code == 0 else others if code == 2 and others.startswith("n/a") else f"exit {code}: {others}"
+                    verdicts.append(verdict.replace("|", "\\|"))
+                    print(f"{text_type} / {impl}: {verdicts[-1]} ({seconds:.0f} s)", flush=True)
+                kinds = "?" if text_type in NOT_BUILT else layer_kinds(Path(scratch) / text_type)
+                rows.append(f"| {text_type} | {group} | {kinds} | {' | '.join(verdicts)} |")
+    if args.out:
+        args.out.write_text(
+            "# Decoders behind a tower\n\n"
+            f"`scripts/backbones.py` ({time.strftime('%Y-%m-%d')}): the zoo's LLaVA (CLIP tower, its processor) over "
+            "transformers' default config of each text type, shrunk as the sweep shrinks text, with its "
+            "`BACKBONE_SETTINGS` where the default would not build or would lose a kind of layer "
+            "(`hf_bridge/zoo/backbones.py`), cases "
+            f"{', '.join(CASES)}, every stage through `hf-bridge validate --impl` against transformers (decoding strict: "
+            "identical prompt ids and greedy tokens, log-probs within 1e-3, float32). Exit 1: a stage failed, "
+            "named with its cause; exit 2: one could not be checked; exit 3: the checkpoint did not build; n/a: "
+            "transformers itself cannot run the shrunk model.\n\n"
+            f"| text type | kind | layer types | {' | '.join(args.impls)} |\n"
+            f"|---|---|---|{'---|' * len(args.impls)}\n" + "\n".join(rows) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

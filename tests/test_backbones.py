@@ -1,0 +1,85 @@
+"""Decoders no VLM type in transformers ships yet, behind the zoo's LLaVA tower
+(`hf_bridge/zoo/backbones.py`; the whole table: `scripts/backbones.py`, BACKBONES.md).
+
+Each decoder exercises a kind of layer the sweep's VLMs lack:
+- Falcon-H1 runs a Mamba mixer beside attention in every layer: both get their vLLM layer;
+- Nemotron-H mixes Mamba, attention, MoE and MLP layers: the last two hold nothing;
+- Jamba's Mamba mixer multiplies by its `dt_proj.weight` itself: that projection stays
+  `nn.Linear`, whose weight vLLM's CPU linear layer would have packed away;
+- GPT-OSS's experts gate otherwise than vLLM's fused layer and store (in, out) per expert:
+  kept as transformers wrote them, they load as it stores them (they were transposed for
+  vLLM's layer, and the engine failed to load where the in-tree backend passes);
+- Kimi-Linear and Zamba2 lay out their layers in ways vLLM cannot build: refused by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+LANGUAGE_LAYERS = "model.language_model.layers"
+
+
+def _groups(llm) -> list[tuple[str, list[str]]]:
+    """vLLM's KV-cache groups: (spec type, layer names) each."""
+    runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+    return [(type(group.kv_cache_spec).__name__, group.layer_names) for group in runner.kv_cache_config.kv_cache_groups]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("text_type", "groups"), [
+    ("falcon_h1", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.1.self_attn.attn"]),
+                   ("MambaSpec", [f"{LANGUAGE_LAYERS}.0.mamba.attn", f"{LANGUAGE_LAYERS}.1.mamba.attn"])]),
+    ("nemotron_h", [("MambaSpec", [f"{LANGUAGE_LAYERS}.0.mixer.attn"]),
+                    ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.2.mixer.attn"])]),
+    ("jamba", [("MambaSpec", [f"{LANGUAGE_LAYERS}.0.mamba.attn"]),
+               ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
+    ("gpt_oss", [("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn"]),
+                 ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
+])
+def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
+    """Each layer that attends gets a KV cache and each that carries a state a slot, no
+    other layer gets either; text and an image keep strict parity with transformers."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.reference import cache_references, references
+
+    model_dir = backbones(text_type)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    standard = parity.standard_cases(64)
+    cases = [standard["text_only"], standard["one_image"]]
+    cache_references(model_dir, cases, ("float32",))
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1})
+    assert _groups(llm) == groups
+    for case, reference in zip(cases, references(model_dir, cases)):
+        assert not parity.is_degenerate(reference.tokens), (case.name, reference.tokens)
+        assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
+
+
+REFUSE = """
+import os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+from hf_bridge.validate.engine import make_llm
+make_llm(sys.argv[1])
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("text_type", "message"), [
+    ("kimi_linear", lambda errors: errors.carried_state_beside_latent_attention("llava")),
+    ("zamba2", lambda errors: errors.attention_beside_state_not_found([(1, "hybrid")], "llava")),
+])
+def test_states_vllm_cannot_lay_out_are_refused_by_name(backbones, text_type, message):
+    """Kimi-Linear's state layers sit beside multi-head latent attention, which vLLM builds
+    only when handed its MLA class itself; Zamba2's hybrid layers attend through one block
+    shared across layers, which carries no layer index for vLLM to find its layer by (served,
+    it raised `'Zamba2Attention' object has no attribute 'attn'` at the first request).
+    Each is refused as the engine is built, with the way out."""
+    import subprocess
+    import sys
+
+    from hf_bridge import errors
+
+    done = subprocess.run([sys.executable, "-c", REFUSE, str(backbones(text_type))], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode != 0 and message(errors) in done.stderr, done.stderr[-3000:]
