@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from . import errors
+from .hf_classes import method_source
 
 CACHE_ARGUMENTS = ("cache_params", "past_key_values")
 """What transformers' modules call the cache they read a layer's states from."""
@@ -86,11 +87,9 @@ an attention module's forward calls through it."""
 
 @functools.cache
 def attends_through_transformers(cls: type) -> bool:
-    """Whether `cls.forward` calls transformers' attention interface, as its attention modules do."""
-    try:
-        return ATTENTION_INTERFACE in inspect.getsource(cls.forward)
-    except (OSError, TypeError):  # no source to read: not known to attend
-        return False
+    """Whether `cls.forward` calls transformers' attention interface, as its attention modules
+    do (where its source cannot be read, it is not known to)."""
+    return ATTENTION_INTERFACE in (method_source(cls) or "")
 
 
 def cache_argument(module: torch.nn.Module) -> str | None:

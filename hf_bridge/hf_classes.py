@@ -112,11 +112,31 @@ def forward_reads(cls: type | None, argument: str) -> bool:
     be read, taking it counts."""
     if not forward_takes(cls, argument):
         return False
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(cls.forward))))
-    except (OSError, TypeError, SyntaxError):
+    tree = method_tree(cls)
+    if tree is None:
         return True
     return any(isinstance(node, ast.Name) and node.id == argument and isinstance(node.ctx, ast.Load) for node in ast.walk(tree))
+
+
+def method_source(cls: type, name: str = "forward") -> str | None:
+    """The source of `cls`'s method `name`, unwrapped from its decorators and dedented;
+    None where there is none to read (no such method, a builtin, code without a file)."""
+    function = getattr(cls, name, None)
+    if not callable(function):
+        return None
+    try:
+        return textwrap.dedent(inspect.getsource(inspect.unwrap(function)))
+    except (OSError, TypeError):
+        return None
+
+
+def method_tree(cls: type, name: str = "forward") -> ast.AST | None:
+    """`method_source` parsed; None where there is none, or it does not parse alone."""
+    source = method_source(cls, name)
+    try:
+        return ast.parse(source) if source is not None else None
+    except SyntaxError:
+        return None
 
 
 def forward_takes(cls: type | None, argument: str) -> bool:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-import textwrap
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 import torch
+
+from .hf_classes import method_tree
 
 Site = tuple[torch.nn.Module, str, torch.nn.Module]
 """(parent, attribute name, module)."""
@@ -138,13 +139,11 @@ def _tensor_reads(cls: type) -> frozenset[tuple[str, ...]]:
 
 
 def _method_tree(cls: type, name: str) -> ast.AST | None:
+    """`method_tree`, but for torch's own modules (kept whole where they read weights: `torch_composites`)."""
     function = getattr(cls, name, None)
     if not inspect.isfunction(function) or function.__module__.startswith("torch."):
         return None
-    try:
-        return ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):  # no source to read: nothing known to read directly
-        return None
+    return method_tree(cls, name)
 
 
 def _self_path(node: ast.AST) -> tuple[str, ...] | None:
