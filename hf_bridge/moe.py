@@ -39,11 +39,11 @@ TOP_K_FIELDS = ("moe_k",)
 `top_k_experts`) reads: Ernie 4.5's `moe_k`."""
 
 
-def experts_routed_otherwise(root, text_config) -> list[Site]:
-    """`experts` whose whole block vLLM would replace by its own router and fused layer
-    (its `MoEBlockFuser` matched the block's gate), where that router would not route as the
-    block does (`_why_routed_otherwise`). Kept, the block routes in transformers."""
-    return [site for site in experts_modules(root) if _why_routed_otherwise(site[0], text_config)]
+def experts_routed_otherwise(sites: list[Site], text_config) -> list[tuple[Site, str]]:
+    """(site, why) for the `sites` of `experts` whose whole block vLLM would replace by its
+    own router and fused layer (its `MoEBlockFuser` matched the block's gate), where that
+    router would not route as the block does. Kept, the block routes in transformers."""
+    return [(site, why) for site in sites if (why := _why_routed_otherwise(site[0], text_config))]
 
 
 def _why_routed_otherwise(block, text_config) -> str:
@@ -82,12 +82,12 @@ class HFBridgeMoEMixin(MoEMixin):
             logger.info("hf_bridge keeps transformers' %s: its gated MLP is not silu(gate) * up, the one vLLM's "
                         "fused-MoE layer computes", type(otherwise_gated[0][2]).__name__)
             kept += otherwise_gated
-        routed_otherwise = [site for site in experts_routed_otherwise(self.model, self.text_config) if site not in kept]
+        routed_otherwise = experts_routed_otherwise([site for site in experts_modules(self.model) if site not in kept], self.text_config)
         if routed_otherwise:
+            (_, _, experts), why = routed_otherwise[0]
             logger.info("hf_bridge keeps transformers' %s: vLLM would route its block in vLLM's own router, which "
-                        "would not route as its block does (%s)", type(routed_otherwise[0][2]).__name__,
-                        _why_routed_otherwise(routed_otherwise[0][0], self.text_config))
-            kept += routed_otherwise
+                        "would not route as its block does (%s)", type(experts).__name__, why)
+            kept += [site for site, _ in routed_otherwise]
         fused = [site for site in experts_modules(self.model) if site not in kept]
         width, other_width = experts_of_another_width(fused) if self._width_misread(fused) else (None, [])
         if other_width:

@@ -101,4 +101,7 @@ def test_blocks_vllm_would_route_otherwise_are_named():
     assert _why_routed_otherwise(unbiased, lfm2) == (
         "its gate scores by sigmoid without expert groups; vLLM's CPU router takes softmax only")
     assert _why_routed_otherwise(blocks["qwen3"], qwen3) == "" and _why_routed_otherwise(blocks["deepseek"], deepseek) == ""
-    assert [parent for parent, _, _ in experts_routed_otherwise(blocks, deepseek)] == [blocks["lfm2"]]
+    from hf_bridge.kept_modules import experts_modules
+
+    assert [(site[0], why) for site, why in experts_routed_otherwise(list(experts_modules(blocks)), deepseek)] == [
+        (blocks["lfm2"], "its block holds expert_bias, which vLLM's router would not read")]
