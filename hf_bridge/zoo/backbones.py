@@ -55,7 +55,7 @@ def backbone_spec(text_type: str) -> ZooSpec:
         return config
 
     return dataclasses.replace(
-        llava, name=f"llava-over-{text_type}", make_config=make_config, servable=False,
+        llava, name=f"llava-over-{text_type}", make_config=make_config,
         notes=f"The zoo's LLaVA with a shrunk default {text_type} decoder (hf_bridge/zoo/backbones.py).",
     )
 
