@@ -104,3 +104,19 @@ def test_throughput_benchmark_prints_the_limit_the_ratios_and_the_profile():
     kernels = re.search(r"prefill \(forward\).*\n\s+matmul \(vLLM's oneDNN linear\)\s+([0-9.]+) ms.*\n"
                         r"\s+attention \(vLLM's CPU kernel\)\s+([0-9.]+) ms", out)
     assert kernels and float(kernels.group(1)) > 0 and float(kernels.group(2)) > 0, out
+
+
+@pytest.mark.bench
+def test_carried_state_benchmark_prints_both_decoders_transformers_and_the_share():
+    """bench/carried_state.py, one round of 2 requests: both modes' rows, transformers' rate, the share."""
+    done = subprocess.run([sys.executable, str(BENCH / "carried_state.py"), "--rounds", "1", "--requests", "2"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for mode in ("compiled", "eager"):
+        row = next(line.split() for line in out.splitlines() if line.startswith(mode))
+        assert len(row) == 4 and all(float(x) > 0 for x in row[1:]), row
+    assert re.search(r"transformers generate, sequential, state model: [0-9.]+ req/s", out), out
+    share = re.search(r"in-process engine \(compiled\), state model: [0-9.]+ req/s, ([0-9]+)% of the time in the state "
+                      r"layers' forward, of it ([0-9]+)% in transformers' module itself and (-?[0-9]+)% in hf_bridge's", out)
+    assert share and 0 < int(share.group(1)) < 100 and 0 < int(share.group(2)) <= int(share.group(1)), out

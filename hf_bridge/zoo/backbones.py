@@ -34,24 +34,25 @@ BACKBONE_SETTINGS: dict[str, dict[str, Any]] = {
 would lose a kind of layer its checkpoints have."""
 
 
-def backbone_config(text_type: str, vocab_size: int) -> Any:
-    """transformers' default config of `text_type`, shrunk, with its `BACKBONE_SETTINGS`."""
+def backbone_config(text_type: str, vocab_size: int, settings: dict[str, Any] | None = None) -> Any:
+    """transformers' default config of `text_type`, shrunk, with its `BACKBONE_SETTINGS` and
+    then `settings` (a benchmark's variant: the same decoder attending in every layer)."""
     from transformers import AutoConfig
 
     text = AutoConfig.for_model(text_type)
     shrink(text, dict(TEXT_SIZES, vocab_size=vocab_size))
-    for name, value in BACKBONE_SETTINGS.get(text_type, {}).items():
+    for name, value in {**BACKBONE_SETTINGS.get(text_type, {}), **(settings or {})}.items():
         setattr(text, name, value)
     text.tie_word_embeddings = False
     return rederived(text)
 
 
-def backbone_spec(text_type: str) -> ZooSpec:
+def backbone_spec(text_type: str, settings: dict[str, Any] | None = None) -> ZooSpec:
     llava = SPECS["llava"]
 
     def make_config(tokenizer):
         config = llava.make_config(tokenizer)
-        config.text_config = backbone_config(text_type, len(tokenizer))
+        config.text_config = backbone_config(text_type, len(tokenizer), settings)
         return config
 
     return dataclasses.replace(
@@ -60,8 +61,10 @@ def backbone_spec(text_type: str) -> ZooSpec:
     )
 
 
-def build_backbone_model(text_type: str, directory: Path, seed: int = 0) -> Path:
-    """Build the LLaVA over `text_type` into `directory` (this interpreter)."""
+def build_backbone_model(text_type: str, directory: Path, seed: int = 0, settings: dict[str, Any] | None = None) -> Path:
+    """Build the LLaVA over `text_type` (with `settings`, see `backbone_config`) into
+    `directory` (this interpreter)."""
     from .build import build_checkpoint
 
-    return build_checkpoint(backbone_spec(text_type), Path(directory), {"backbone": text_type, "seed": seed}, seed)
+    stamp = {"backbone": text_type, "seed": seed, "settings": settings or {}}
+    return build_checkpoint(backbone_spec(text_type, settings), Path(directory), stamp, seed)
