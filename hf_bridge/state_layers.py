@@ -162,7 +162,7 @@ class CarriedStateMixin:
         self._refuse_what_cannot_be_laid_out(carried, modules)
         beside_attention = {index for index in modules if index in self.attention_fusers}
         self._state_layer_modules = {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): (index, module)
-                                     for index, (name, module) in modules.items() if index not in beside_attention}
+                                     for index, (name, module) in modules.items()}
         for index, (name, _) in modules.items():
             if index not in beside_attention:
                 self.attention_fusers[index] = (name, _StateFuser)
@@ -172,10 +172,9 @@ class CarriedStateMixin:
             self.attention_fusers[index] = (name, _StateFuser)
             self._empty_layers.add(maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"))
         super()._create_attention_instances(prefix)
-        for index in beside_attention:
-            name, module = modules[index]
-            layer = CarriedStateLayer(module, index, self.text_config, maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"), self.vllm_config)
-            setattr(module, VLLM_ATTN_ATTR, layer)
+        for layer_prefix, (index, module) in self._state_layer_modules.items():
+            if index in beside_attention:  # vLLM built this index's layer for its attention
+                setattr(module, VLLM_ATTN_ATTR, self._state_layer(layer_prefix))
         self.carried_state_layers = [getattr(module, VLLM_ATTN_ATTR) for _, module in modules.values()]
         logger.info("hf_bridge: %d of %d decoder layers carry a state from step to step (%s); vLLM keeps it per request",
                     len(modules), self.text_config.num_hidden_layers, ", ".join(sorted({kind for _, kind in carried})))
@@ -214,10 +213,14 @@ class CarriedStateMixin:
                 return HoldsNothing()
             if kwargs["prefix"] not in states:
                 return attn_cls(**kwargs)
-            index, module = states[kwargs["prefix"]]
-            return CarriedStateLayer(module, index, self.text_config, kwargs["prefix"], self.vllm_config)
+            return self._state_layer(kwargs["prefix"])
 
         return build
+
+    def _state_layer(self, prefix: str) -> CarriedStateLayer:
+        """The state layer named `prefix`, for its HF module."""
+        index, module = self._state_layer_modules[prefix]
+        return CarriedStateLayer(module, index, self.text_config, prefix, self.vllm_config)
 
     def process_weights_after_loading(self) -> None:
         layouts = {layer.measure(self.text_config.hidden_size) for layer in self.carried_state_layers}
