@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -35,10 +36,26 @@ def preload_tcmalloc(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+PORTS_OUTSIDE_EPHEMERAL = range(20000, 32768)
+"""Below Linux's default ephemeral range (32768-60999). A port the kernel hands out for
+`bind(0)` comes from that range, and so do the ports that vLLM's engines and torch.distributed
+open in other test workers. A port picked there and then released could be taken before
+the server binds it. CI saw this once: `OSError: [Errno 98] Address already in use`."""
+START_ATTEMPTS = 3
+"""Tries on a fresh port when another process binds the picked one first (a race between
+picking a port here and the server binding it some seconds later)."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing holds now, outside the kernel's ephemeral range."""
+    for port in random.sample(PORTS_OUTSIDE_EPHEMERAL, 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port among 200 tried in {PORTS_OUTSIDE_EPHEMERAL}")
 
 
 class OpenAIServer:
@@ -50,8 +67,7 @@ class OpenAIServer:
     def __init__(self, model: str | Path, *args: str, env: dict[str, str] | None = None,
                  model_impl: str = "transformers"):
         self.port = free_port()
-        self.command = [sys.executable, "-m", SERVER_MODULE, "--model", str(model), "--model-impl", model_impl,
-                        "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.arguments = ["--model", str(model), "--model-impl", model_impl, "--host", "127.0.0.1", *args]
         self.env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1", **(env or {}))
         self.env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         preload_tcmalloc(self.env)
@@ -65,17 +81,32 @@ class OpenAIServer:
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", SERVER_MODULE, *self.arguments, "--port", str(self.port)]
+
     def __enter__(self) -> "OpenAIServer":
-        with self.log.open("w") as log:
-            self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        for attempt in range(START_ATTEMPTS):
+            if attempt:
+                self.port = free_port()
+            with self.log.open("w") as log:
+                self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            if self._became_healthy():
+                return self
+        raise RuntimeError(f"the server found its port taken {START_ATTEMPTS} times ({self.log}):\n{self.log_tail()}")
+
+    def _became_healthy(self) -> bool:
+        """True once `/health` answers; False if the server exited because its port was taken."""
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if "Address already in use" in self.log_tail():
+                    return False
                 raise RuntimeError(f"the server exited with {self.process.returncode} ({self.log}):\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
                     if reply.status == 200:
-                        return self
+                        return True
             except OSError:
                 time.sleep(1)
         self.__exit__(None, None, None)

@@ -1,9 +1,12 @@
 """`vllm serve --model-impl transformers` on loopback, driven by the openai client.
 
 One server (a minute to start on two cores) serves both tests: Chameleon, whose processor
-adds a separator to every prompt, media or not."""
+adds a separator to every prompt, media or not. It starts on a port another socket holds,
+as when a process binds the picked port before the server does."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 
@@ -16,9 +19,15 @@ def server(zoo):
     from hf_bridge.server import OpenAIServer
 
     model_dir = zoo("chameleon")
-    with OpenAIServer(model_dir, "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-                      "--limit-mm-per-prompt", '{"image": 1}', "--served-model-name", SERVED) as running:
-        yield model_dir, running.base_url
+    server = OpenAIServer(model_dir, "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+                          "--limit-mm-per-prompt", '{"image": 1}', "--served-model-name", SERVED)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", server.port))
+        holder.listen()
+        taken = server.port
+        with server as running:
+            assert running.port != taken, "a taken port must lead to a fresh one, not to a failure"
+            yield model_dir, running.base_url
 
 
 SERVED = "tiny-chameleon"
