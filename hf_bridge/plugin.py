@@ -18,8 +18,9 @@ modality is served by vLLM's in-tree backend class, exactly as without hf_bridge
 the reason is logged. Installing hf_bridge never takes a model away.
 
 `register` also keeps an in-process engine's successor alive when the old one is freed
-after it (`engine_lifetime.py`), and gives prompts without media the tokens the HF
-processor adds to every prompt (`text_only_prompts.py`).
+after it (`engine_lifetime.py`), gives prompts without media the tokens the HF
+processor adds to every prompt (`text_only_prompts.py`), and lets a CPU engine start in
+a process that imported numba (`kernel_rebind_scan.py`).
 
 `HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge.
 hf_bridge never replaces vLLM's `"vllm"` attention function: its model wraps it with one
@@ -107,10 +108,11 @@ def register() -> None:
         ModelRegistry.register_model(own, cls)
     _route_transformers_backend(ModelRegistry)
     _register_config_updates()
-    from . import engine_lifetime, text_only_prompts
+    from . import engine_lifetime, kernel_rebind_scan, text_only_prompts
 
     engine_lifetime.install()
     text_only_prompts.install()
+    kernel_rebind_scan.install()
 
 
 def _route_transformers_backend(registry) -> None:

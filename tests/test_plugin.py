@@ -183,3 +183,21 @@ def test_startup_line_reaches_the_console_of_a_plain_llm(zoo):
     done = subprocess.run([sys.executable, "-c", code, str(zoo("llava"))], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "hf_bridge 0.1.0 handles LlavaForConditionalGeneration (model_type=llava)" in done.stdout + done.stderr
+
+
+def test_cpu_engine_starts_in_a_process_that_imported_numba(zoo):
+    """A notebook that imported numba (librosa does) before `LLM(...)`: vLLM's CPU kernel
+    override scan read llvmlite's `ffi.lib` as a module namespace, and the engine failed to
+    start with `'_lib_fn_wrapper' object has no attribute 'get'` (`kernel_rebind_scan.py`)."""
+    code = (
+        "import sys, numba; from vllm import LLM; "
+        "llm = LLM(model=sys.argv[1], model_impl='transformers', dtype='float32', max_model_len=2048, "
+        "enforce_eager=True, limit_mm_per_prompt={'image': 1}); "
+        "from vllm import SamplingParams; "
+        "(out,) = llm.generate('hello', SamplingParams(max_tokens=4, min_tokens=4), use_tqdm=False); "
+        "print('TOKENS', len(out.outputs[0].token_ids))"
+    )
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    done = subprocess.run([sys.executable, "-c", code, str(zoo("llava"))], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TOKENS 4" in done.stdout

