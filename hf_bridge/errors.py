@@ -48,6 +48,16 @@ def unprocessable_item(modality: str, index: int, exc: BaseException) -> str:
     )
 
 
+def unnumberable_item(modality: str, index: int, exc: BaseException, processor: Any) -> str:
+    return (
+        f"{type(processor).__name__} writes each {modality}'s position among the prompt's "
+        f"{_PLURAL.get(modality, modality)} into its tokens, and hf_bridge cannot number {modality} {index} "
+        f"of this request as transformers would ({exc}). Send at most {index} "
+        f"{_PLURAL.get(modality, modality)} per request, or switch the numbering off where the processor "
+        "allows it (MiniCPM-V: `mm_processor_kwargs={'use_image_id': False}`)."
+    )
+
+
 _ACCEPTED = {
     "image": "a PIL.Image, an HxWxC (or HxW) numpy array, a CxHxW torch tensor, or precomputed embeddings",
     "video": "a sequence of frames: a TxHxWxC numpy array, a list of PIL images, or a (frames, metadata) pair",

@@ -78,6 +78,7 @@ from .processing import (
     DATA_KEY,
     ENCODER_KEY,
     NUM_EMBEDS_KEY,
+    STACKS_KEY,
     TYPE_IDS_KEY,
     HFBridgeDummyInputsBuilder,
     HFBridgeMultiModalProcessor,
@@ -457,6 +458,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         if modality is None:
             return []
         counts = [int(c) for c in split.unbatched(kwargs.pop(NUM_EMBEDS_KEY.format(modality)))]
+        stacks = all(bool(s) for s in split.unbatched(kwargs.pop(STACKS_KEY.format(modality))))
         encoder_types = {int(t) for t in split.unbatched(kwargs.pop(ENCODER_KEY.format(modality)))}
         (encoder,) = {MODALITY_OF_TYPE[t] for t in encoder_types}
         # Only the item data carries the modality prefix; hf_bridge's own fields do not
@@ -473,7 +475,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
         if items and given_rows in items[0]:  # sent as embeddings (`embeds.py`): no encoder
             dtype = next(self.parameters()).dtype  # lm_head is missing on a pipeline's earlier ranks
             return [item[given_rows].to(dtype) for item in items]
-        for group in split.batch_groups(signatures):
+        groups = split.batch_groups(signatures) if stacks else [[i] for i in range(len(items))]
+        for group in groups:
             every_item = group == list(range(len(items)))  # in order: vLLM's stacked tensors already hold them
             fields = {k: _joined(stacked[k]) if every_item and k in stacked else _concat([items[i][k] for i in group])
                       for k in items[group[0]]}

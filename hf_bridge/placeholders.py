@@ -237,10 +237,14 @@ def type_ids_for_prompt(
     return out
 
 
+def find_all_sublists(haystack: Sequence[int], needle: Sequence[int]) -> list[int]:
+    """Starts of the non-overlapping occurrences of `needle` in `haystack`, in order."""
+    starts: list[int] = []
+    while (i := find_sublist(haystack, needle, starts[-1] + len(needle) if starts else 0)) is not None:
+        starts.append(i)
+    return starts
+
+
 def count_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
     """Non-overlapping occurrences of `needle` in `haystack`."""
-    count, start = 0, 0
-    while (i := find_sublist(haystack, needle, start)) is not None:
-        count += 1
-        start = i + len(needle)
-    return count
+    return len(find_all_sublists(haystack, needle))

@@ -17,6 +17,7 @@ three things, each a class of divergence from transformers:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from functools import cached_property
@@ -34,7 +35,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, placeholders, split
+from . import LOGGER_NAME, embeds, errors, frame, numbering, placeholders, split
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class
@@ -62,6 +63,7 @@ EXPANSION_KEY = "hf_bridge_{}_expansion"
 IS_EMBED_KEY = "hf_bridge_{}_is_embed"
 TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
 NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
+STACKS_KEY = "hf_bridge_{}_stacks"
 """Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
 
 MAX_COUNTED_SIDE = 1024
@@ -70,7 +72,7 @@ MAX_COUNTED_SIDE = 1024
 
 def own_keys(modality: str) -> tuple[str, ...]:
     return tuple(
-        k.format(modality) for k in (EXPANSION_KEY, IS_EMBED_KEY, TYPE_IDS_KEY, NUM_EMBEDS_KEY, ENCODER_KEY)
+        k.format(modality) for k in (EXPANSION_KEY, IS_EMBED_KEY, TYPE_IDS_KEY, NUM_EMBEDS_KEY, ENCODER_KEY, STACKS_KEY)
     )
 
 
@@ -400,7 +402,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 ]
             if outputs:
                 per_modality[modality] = outputs
-        merged = _merge_items(per_modality)
+        merged = _merge_items(per_modality, {m: self.info.probes.stacks_items_along_rows(m) for m in per_modality})
         # embedding items travel in `merged`, under hf_bridge's per-modality keys, not as vLLM's passthrough
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, {}, merged)
 
@@ -446,19 +448,33 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
     ) -> Sequence[PromptUpdate]:
         updates = []
         for modality, items in out_mm_kwargs.items():
-            replacements = []
-            for item in items:
-                # Popped: the update is cached beside the item, the model needs neither
-                full = item.pop(EXPANSION_KEY.format(modality)).data.tolist()
-                mask = item.pop(IS_EMBED_KEY.format(modality)).data.clone()
-                replacements.append(PromptUpdateDetails(full=full, is_embed=lambda _, m=mask: m))
+            # Popped: the update is cached beside the item, the model needs neither
+            expansions = [(item.pop(EXPANSION_KEY.format(modality)).data.tolist(), item.pop(IS_EMBED_KEY.format(modality)).data.clone())
+                          for item in items]
             target = self.info.probes.placeholder_ids(modality)
-            updates.append(PromptReplacement(modality=modality, target=target, replacement=replacements.__getitem__))
+            replacement = functools.partial(self._numbered_replacement, modality, expansions, dict(hf_processor_mm_kwargs))
+            updates.append(PromptReplacement(modality=modality, target=target, replacement=replacement))
         return updates
 
+    def _numbered_replacement(self, modality: str, expansions: Sequence[tuple[list[int], torch.Tensor]],
+                              hf_kwargs: Mapping[str, object], item_idx: int) -> PromptUpdateDetails:
+        """The expansion of the request's item `item_idx`, numbered as the processor numbers
+        it among the request's items (`numbering.py`). Each item was processed alone, and
+        its cached expansion is the same whatever its place in a request."""
+        full, mask = expansions[item_idx]
+        if not _DUMMY_REQUEST.get():  # profiling sizes only; numbering keeps sizes
+            window = self.info.probes.number_window(modality, item_idx, hf_kwargs)
+            try:
+                full = numbering.renumber(full, mask.tolist(), window)
+            except placeholders.PlaceholderError as exc:
+                raise ValueError(errors.unnumberable_item(modality, item_idx, exc, self.info.get_hf_processor())) from exc
+        return PromptUpdateDetails(full=full, is_embed=lambda _, m=mask: m)
 
-def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]]) -> BatchFeature:
-    """One `BatchFeature` whose fields hold one entry per item (vLLM's `batched` layout)."""
+
+def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],
+                 stacks: Mapping[str, bool]) -> BatchFeature:
+    """One `BatchFeature` whose fields hold one entry per item (vLLM's `batched` layout);
+    `stacks` says, per modality, whether items of one shape may share an encoder call."""
     merged: dict[str, Any] = {}
     for modality, outputs in per_modality.items():
         keys = [DATA_KEY.format(modality, k) for k in split.item_data_keys(list(outputs[0][0].keys()))]
@@ -473,6 +489,7 @@ def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholder
         merged[IS_EMBED_KEY.format(modality)] = [torch.tensor(e.is_embed) for _, e in outputs]
         merged[TYPE_IDS_KEY.format(modality)] = [torch.tensor(e.type_ids) for _, e in outputs]
         merged[NUM_EMBEDS_KEY.format(modality)] = torch.tensor([e.num_embeds for _, e in outputs])
+        merged[STACKS_KEY.format(modality)] = torch.tensor([stacks[modality]] * len(outputs))
     return BatchFeature(merged)
 
 

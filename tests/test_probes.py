@@ -244,3 +244,36 @@ def expand(ids: list[int], placeholder: list[int], replacements: list) -> list[i
             out.append(ids[i])
             i += 1
     return out
+
+
+def test_a_processor_that_numbers_and_packs_its_items_is_learnt_so(zoo, generic):
+    """MiniCPM-V 4.6 writes each image's index into its tokens and packs a prompt's
+    images along the pixels' last dimension: the probe learns the number's window and
+    that its items must not be stacked; renumbered, each image's expansion is the one
+    the processor writes for the whole prompt. A number wider than the first item's is
+    refused (`numbering.renumber`), not misplaced. LLaVA does neither."""
+    from transformers import AutoConfig, AutoProcessor
+
+    from hf_bridge.numbering import renumber
+    from hf_bridge.placeholders import PlaceholderError
+
+    model_dir = generic("minicpmv4_6")
+    processor = AutoProcessor.from_pretrained(model_dir)
+    probe = make_probe(processor, AutoConfig.from_pretrained(model_dir))
+    assert probe.stacks_items_along_rows("image") is False
+    images = [parity.test_image(64 + 32 * i, 64, seed=i + 1) for i in range(3)]
+    whole = processor(text=processor.image_token * 3, images=images, return_tensors="pt")["input_ids"][0].tolist()
+    renumbered = []
+    for index, image in enumerate(images):
+        _, expansion = probe.probe("image", {"images": [image]}, {})
+        renumbered += renumber(expansion.token_ids, expansion.is_embed, probe.number_window("image", index, {}))
+    assert renumbered == whole
+    assert [processor.tokenizer.decode(t) for t in probe.number_window("image", 2, {}).at_index] == ["2"]
+    assert len(processor.tokenizer.encode("10", add_special_tokens=False)) == 2, "the shrunk tokenizer splits digits"
+    with pytest.raises(PlaceholderError, match="numbers this item with"):
+        renumber(expansion.token_ids, expansion.is_embed, probe.number_window("image", 10, {}))
+
+    llava = AutoProcessor.from_pretrained(zoo("llava"))
+    llava_probe = make_probe(llava)
+    assert llava_probe.stacks_items_along_rows("image") is True
+    assert llava_probe.number_window("image", 1, {}) is None

@@ -485,3 +485,31 @@ def test_vllm_loads_transformers_own_processor_when_asked(generic_checkpoints):
     own = get_processor(model_dir, processor_cls=hf_processor_class(model_dir, None))
     assert type(own).__module__ == "transformers.models.cosmos3_edge.processing_cosmos3_edge"
     assert type(own.image_processor).__module__.startswith("transformers.")
+
+
+@pytest.mark.engine
+def test_images_the_processor_numbers_and_packs_keep_transformers_prompt(generic_checkpoints, engines):
+    """MiniCPM-V 4.6 writes each image's index into its tokens (`<image_id>1</image_id>`
+    before the second) and packs a prompt's images along the pixels' last dimension.
+    hf_bridge processes each image alone: both were numbered 0 (`numbering.py`), and two
+    images of one size were stacked along the first dimension, which its tower refused
+    (`The size of tensor a (1024) must match the size of tensor b (2048)`, the engine
+    dead). Now the prompt is transformers' own, and every token and log-prob is that of
+    transformers with each image encoded alone. transformers' tower gives the second
+    image other rows when the two are encoded together: that difference, and only it,
+    remains (the validate report names it)."""
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["minicpmv4_6"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    case = parity.Case("two_images_one_size", 64, num_images=2, image_shape=(64, 64))
+    result = parity.vllm_result(llm, processor, case)
+    (together,) = references(model_dir, [case])
+    (alone,) = references(model_dir, [case], items_alone=True)
+    assert result.prompt_ids == together.prompt_ids
+    start = processor.tokenizer.convert_tokens_to_ids(processor.image_id_start_token)
+    numbers = [processor.tokenizer.decode(result.prompt_ids[i + 1]) for i, t in enumerate(result.prompt_ids) if t == start]
+    assert numbers == ["0", "1"]
+    assert parity.compare(alone, result) == []
+    assert parity.compare(together, alone)[0].startswith("generated log-probs differ"), "the tower's own dependence"

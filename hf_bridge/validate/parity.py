@@ -95,7 +95,7 @@ class Case:
 
             return [Image.open(path).convert("RGB") for path in self.image_files]
         shapes = [self.image_shape] if self.image_shape else [(self.side + self.side // 2, self.side), (self.side, self.side + self.side // 3)]
-        return [test_image(*shapes[i % 2], seed=i + 1) for i in range(self.num_images)]
+        return [test_image(*shapes[i % len(shapes)], seed=i + 1) for i in range(self.num_images)]
 
     @property
     def videos(self) -> list[Any]:
