@@ -106,6 +106,18 @@ def transformers_own_config(config, model_config):
     return own
 
 
+def config_built_from(model_config):
+    """The config hf_bridge builds the HF model from (`HFBridgeBase._patch_config`):
+    transformers' own where vLLM loaded the checkpoint's as a class of its own and
+    transformers' class reads it, else vLLM's. What the model holds (layers with a state,
+    experts) is judged on it."""
+    try:
+        own = transformers_own_config(model_config.hf_config, model_config)
+    except Exception:  # noqa: BLE001 - the model keeps vLLM's class, and says so when it builds
+        return model_config.hf_config
+    return model_config.hf_config if own is None else own
+
+
 def forward_reads(cls: type | None, argument: str) -> bool:
     """Whether `cls.forward` takes `argument` and its body reads it (Gemma 3n's base model
     takes `token_type_ids`, as Gemma 3's does, and never reads them). Where its source cannot

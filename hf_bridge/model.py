@@ -68,7 +68,7 @@ from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources,
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .mrope import PlacedItem, item_fields, mrope_positions
-from .hf_classes import forward_takes, transformers_own_config
+from .hf_classes import config_built_from, forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
@@ -108,7 +108,8 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def __init__(self, *, vllm_config, prefix: str = ""):
         hf_config = vllm_config.model_config.hf_config
         log_handling(hf_config)
-        if (carried := layers_with_carried_state(hf_config)) and not getattr(type(self), "is_hybrid", False):
+        carried = layers_with_carried_state(config_built_from(vllm_config.model_config))
+        if carried and not getattr(type(self), "is_hybrid", False):
             raise ValueError(errors.carried_state_without_slots(carried, hf_config.model_type, type(self).__name__))
         install_attention_term_check(errors.attention_terms_not_applied)
         super().__init__(vllm_config=vllm_config, prefix=prefix)

@@ -160,7 +160,10 @@ def route(arch: str | None, model_config) -> str | None:
         from .bidirectional import mark_bidirectional
 
         mark_bidirectional(model_config.hf_config)
-        return dense_where_transformers_counts_no_experts(carrying_state_where_layers_do(own, model_config), model_config)
+        from .hf_classes import config_built_from
+
+        built_from = config_built_from(model_config)
+        return dense_where_transformers_counts_no_experts(carrying_state_where_layers_do(own, built_from), model_config, built_from)
     from vllm.logger import init_logger
 
     from . import LOGGER_NAME
@@ -180,33 +183,26 @@ def unplaceable(model_config) -> dict[str, str] | None:
     return _PLACEMENT[key]
 
 
-def carrying_state_where_layers_do(own: str, model_config) -> str:
-    """hf_bridge's class with state slots where some decoder layers carry a state from step
-    to step (`state_layers.py`)."""
+def carrying_state_where_layers_do(own: str, built_from) -> str:
+    """hf_bridge's class with state slots where some decoder layers of the config the model
+    is built from (`hf_classes.config_built_from`) carry a state from step to step
+    (`state_layers.py`)."""
     from .attention_terms import layers_with_carried_state
 
-    if own not in CARRYING_STATE or not layers_with_carried_state(model_config.hf_config):
+    if own not in CARRYING_STATE or not layers_with_carried_state(built_from):
         return own
     return CARRYING_STATE[own]
 
 
-def dense_where_transformers_counts_no_experts(own: str, model_config) -> str:
+def dense_where_transformers_counts_no_experts(own: str, model_config, built_from) -> str:
     """hf_bridge's dense class where vLLM counted experts in its own config class but the
-    config hf_bridge builds the HF model from (transformers' own) has none: vLLM's class for
-    Cosmos3-Edge is a Nemotron-H config, whose default counts 8 experts."""
+    config hf_bridge builds the HF model from (`built_from`, transformers' own) has none:
+    vLLM's class for Cosmos3-Edge is a Nemotron-H config, whose default counts 8 experts."""
     dense = DENSE_ARCHITECTURES.get(own)
-    if dense is None:
+    if dense is None or built_from is model_config.hf_config:
         return own
     from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
 
-    from .hf_classes import transformers_own_config
-
-    try:
-        built_from = transformers_own_config(model_config.hf_config, model_config)
-    except Exception:  # noqa: BLE001 - the model says so when it builds (`HFBridgeBase._patch_config`)
-        return own
-    if built_from is None:
-        return own
     text_config = built_from.get_text_config()
     if ModelArchConfigConvertorBase(text_config, text_config).get_num_experts():
         return own

@@ -458,17 +458,43 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
 
     def _numbered_replacement(self, modality: str, expansions: Sequence[tuple[list[int], torch.Tensor]],
                               hf_kwargs: Mapping[str, object], item_idx: int) -> PromptUpdateDetails:
-        """The expansion of the request's item `item_idx`, numbered as the processor numbers
-        it among the request's items (`numbering.py`). Each item was processed alone, and
-        its cached expansion is the same whatever its place in a request."""
+        """The expansion of item `item_idx` of the items processed together, numbered as
+        the processor numbers it among them (`numbering.py`): each item was processed alone."""
         full, mask = expansions[item_idx]
-        if not _DUMMY_REQUEST.get():  # profiling sizes only; numbering keeps sizes
-            window = self.info.probes.number_window(modality, item_idx, hf_kwargs)
-            try:
-                full = numbering.renumber(full, mask.tolist(), window)
-            except placeholders.PlaceholderError as exc:
-                raise ValueError(errors.unnumberable_item(modality, item_idx, exc, self.info.get_hf_processor())) from exc
-        return PromptUpdateDetails(full=full, is_embed=lambda _, m=mask: m)
+        return NumberedDetails(full=self._numbered(modality, full, mask, hf_kwargs, item_idx),
+                               is_embed=lambda _, m=mask: m, alone=full, hf_kwargs=hf_kwargs)
+
+    def _recompute_cached_prompt_update(self, cached_update, new_item_idx: int):
+        """vLLM resolves an update at the item's index among the cache misses it processed,
+        and reuses it from its cache in later requests: numbered again for the index
+        the item has in this request."""
+        update = super()._recompute_cached_prompt_update(cached_update, new_item_idx)
+        content = update.content
+        if not isinstance(content, NumberedDetails) or cached_update.item_idx == new_item_idx:
+            return update
+        mask = content.is_embed(content.alone)
+        full = self._numbered(update.modality, content.alone, mask, content.hf_kwargs, new_item_idx)
+        return dataclasses.replace(update, content=dataclasses.replace(content, full=full))
+
+    def _numbered(self, modality: str, alone: list[int], mask: torch.Tensor, hf_kwargs: Mapping[str, object],
+                  index: int) -> list[int]:
+        if _DUMMY_REQUEST.get():  # profiling sizes only; numbering keeps sizes
+            return alone
+        window = self.info.probes.number_window(modality, index, hf_kwargs)
+        try:
+            return numbering.renumber(alone, mask.tolist(), window)
+        except placeholders.PlaceholderError as exc:
+            raise ValueError(errors.unnumberable_item(modality, index, exc, self.info.get_hf_processor())) from exc
+
+
+@dataclasses.dataclass
+class NumberedDetails(PromptUpdateDetails):
+    """An item's replacement, with what numbering it again for another index needs."""
+
+    alone: list[int] = dataclasses.field(default_factory=list)
+    """The item's expansion as the processor writes it alone (numbered as the first item)."""
+    hf_kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    """The processor kwargs the number is learnt under."""
 
 
 def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],

@@ -56,14 +56,6 @@ def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
         assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
 
 
-REFUSE = """
-import os, sys
-os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-from hf_bridge.validate.engine import make_llm
-make_llm(sys.argv[1])
-"""
-
-
 @pytest.mark.engine
 @pytest.mark.parametrize(("text_type", "message"), [
     ("kimi_linear", lambda errors: errors.carried_state_beside_latent_attention("llava")),
@@ -75,11 +67,8 @@ def test_states_vllm_cannot_lay_out_are_refused_by_name(backbones, text_type, me
     shared across layers, which carries no layer index for vLLM to find its layer by (served,
     it raised `'Zamba2Attention' object has no attribute 'attn'` at the first request).
     Each is refused as the engine is built, with the way out."""
-    import subprocess
-    import sys
-
+    from helpers.engine_start import start_engine
     from hf_bridge import errors
 
-    done = subprocess.run([sys.executable, "-c", REFUSE, str(backbones(text_type))], capture_output=True, text=True,
-                          timeout=900)
+    done = start_engine(backbones(text_type))
     assert done.returncode != 0 and message(errors) in done.stderr, done.stderr[-3000:]

@@ -494,7 +494,8 @@ def test_images_the_processor_numbers_and_packs_keep_transformers_prompt(generic
     hf_bridge processes each image alone: both were numbered 0 (`numbering.py`), and two
     images of one size were stacked along the first dimension, which its tower refused
     (`The size of tensor a (1024) must match the size of tensor b (2048)`, the engine
-    dead). Now the prompt is transformers' own, and every token and log-prob is that of
+    dead). Now the prompt is transformers' own, also where vLLM's processor cache holds the
+    second image from a request in which it came first, and every token and log-prob is that of
     transformers with each image encoded alone. transformers' tower gives the second
     image other rows when the two are encoded together: that difference, and only it,
     remains (the validate report names it)."""
@@ -504,6 +505,10 @@ def test_images_the_processor_numbers_and_packs_keep_transformers_prompt(generic
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     case = parity.Case("two_images_one_size", 64, num_images=2, image_shape=(64, 64))
+    # the second image first, alone: vLLM's processor cache then holds its update at index 0
+    alone_first = parity.Case("one_image_one_size", 64, num_images=1, image_shape=(64, 64))
+    llm.generate({"prompt": parity.prompt_text(processor, alone_first), "multi_modal_data": {"image": [case.images[1]]}},
+                 parity.sampling_params(), use_tqdm=False)
     result = parity.vllm_result(llm, processor, case)
     (together,) = references(model_dir, [case])
     (alone,) = references(model_dir, [case], items_alone=True)
@@ -513,3 +518,20 @@ def test_images_the_processor_numbers_and_packs_keep_transformers_prompt(generic
     assert numbers == ["0", "1"]
     assert parity.compare(alone, result) == []
     assert parity.compare(together, alone)[0].startswith("generated log-probs differ"), "the tower's own dependence"
+
+
+@pytest.mark.engine
+def test_layers_are_judged_on_the_config_the_model_is_built_from(generic):
+    """vLLM loads Inkling's config as a class of its own (`InklingModelConfig`), and hf_bridge
+    builds the model from transformers' `InklingConfig`. It judged which layers carry a
+    state on vLLM's class, where transformers' cache helper raised `'InklingModelConfig'
+    object has no attribute 'sliding_window'` at start-up. Judged on the config the model is
+    built from, Inkling's hybrid layers (several modules share one layer's states) are
+    refused by name. Its processor module imports numba, so this engine also starts in a
+    process that has (`kernel_rebind_scan.py`)."""
+    from helpers.engine_start import start_engine
+    from hf_bridge import errors
+
+    done = start_engine(generic("inkling_mm_model"))
+    refusal = errors.layers_with_carried_state([(0, "hybrid_sliding"), (1, "hybrid")], "inkling_mm_model")
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr[-3000:]

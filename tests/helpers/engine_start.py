@@ -1,0 +1,20 @@
+"""An engine built in a clean interpreter, for checks that its start is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BUILD = """
+import os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+from hf_bridge.validate.engine import make_llm
+make_llm(sys.argv[1])
+"""
+
+
+def start_engine(model_dir: str | Path) -> subprocess.CompletedProcess:
+    """hf_bridge's engine for `model_dir`, built in a process of its own (an in-process
+    engine that raised must not leave its state to the tests after it)."""
+    return subprocess.run([sys.executable, "-c", BUILD, str(model_dir)], capture_output=True, text=True, timeout=900)
