@@ -209,19 +209,39 @@ def listed_token_types(input_ids: Any, processor: Any):
 
 
 def chat_template_placeholder(processor: Any, modality: str) -> str | None:
-    """The text the chat template emits for one item of `modality`, if it has a template."""
+    """The text the chat template emits for one item of `modality`, if it has a template.
+
+    A template may number the items it writes ("Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>",
+    Qwen2-Audio's): the placeholder is then the processor's `<modality>_token`, where every
+    item's text holds it, and the numbering stays prompt text. Taken whole, the first
+    item's text was not found for the second item, and a request with two was refused."""
+    one = _template_item_texts(processor, modality, 1)
+    if one is None:
+        return None
+    several = _template_item_texts(processor, modality, 2)
+    token = getattr(processor, f"{modality}_token", None)
+    if several is not None and len(set(several)) > 1 and isinstance(token, str) and all(token in t for t in several):
+        return token
+    return one[0]
+
+
+def _template_item_texts(processor: Any, modality: str, count: int) -> list[str] | None:
+    """What the chat template writes for each of `count` items of `modality` in one message,
+    between text markers; None where it writes nothing for one, or has no template."""
     if getattr(processor, "chat_template", None) is None:
         return None
     marker = "HFBRIDGEMARKER"
-    message = [{"type": "text", "text": marker}, {"type": modality}, {"type": "text", "text": marker}]
+    message = [{"type": "text", "text": marker}]
+    for _ in range(count):
+        message += [{"type": modality}, {"type": "text", "text": marker}]
     try:
         rendered = processor.apply_chat_template([{"role": "user", "content": message}], tokenize=False)
     except Exception:  # a template that cannot render an item has no placeholder for it
         return None
     parts = rendered.split(marker)
-    if len(parts) != 3 or not parts[1].strip():
+    if len(parts) != count + 2 or not all(part.strip() for part in parts[1:-1]):
         return None
-    return parts[1].strip()
+    return [part.strip() for part in parts[1:-1]]
 
 
 class ProcessorProbe:

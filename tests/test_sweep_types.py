@@ -535,3 +535,23 @@ def test_layers_are_judged_on_the_config_the_model_is_built_from(generic):
     done = start_engine(generic("inkling_mm_model"))
     refusal = errors.layers_with_carried_state([(0, "hybrid_sliding"), (1, "hybrid")], "inkling_mm_model")
     assert done.returncode != 0 and refusal in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.engine
+def test_items_a_chat_template_numbers_are_placed_by_the_modality_token(generic_checkpoints, engines):
+    """Qwen2-Audio's chat template writes "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>" for
+    the first clip and "Audio 2: ..." for the second. hf_bridge took the first clip's text
+    as the placeholder, found it once in a prompt with two clips, and refused the request
+    ("The prompt holds 1 audio placeholder(s) ... but the request carries 2 audios"). Where
+    the template numbers its items, the placeholder is the processor's `audio_token` and the
+    numbering stays prompt text (`probes.chat_template_placeholder`): two clips keep parity."""
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["qwen2_audio"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    case = parity.Case("two_audios", 64, num_audios=2, text="Transcribe both clips.")
+    (reference,) = references(model_dir, [case])
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    assert parity.prompt_text(processor, case).count("Audio 2: ") == 1
+    llm = engines.get(model_dir, limit_mm_per_prompt={"audio": 2})
+    assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
