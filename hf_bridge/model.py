@@ -68,7 +68,7 @@ from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources,
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .mrope import PlacedItem, item_fields, mrope_positions
-from .hf_classes import config_built_from, forward_takes, transformers_own_config
+from .hf_classes import forward_takes, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
@@ -106,11 +106,7 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     attribute)."""
 
     def __init__(self, *, vllm_config, prefix: str = ""):
-        hf_config = vllm_config.model_config.hf_config
-        log_handling(hf_config)
-        carried = layers_with_carried_state(config_built_from(vllm_config.model_config))
-        if carried and not getattr(type(self), "is_hybrid", False):
-            raise ValueError(errors.carried_state_without_slots(carried, hf_config.model_type, type(self).__name__))
+        log_handling(vllm_config.model_config.hf_config)
         install_attention_term_check(errors.attention_terms_not_applied)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
@@ -302,6 +298,9 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
             logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
             self.config, self.text_config = own, own.get_text_config()
+        # judged on the config the model is built from, before anything is built
+        if (carried := layers_with_carried_state(self.config)) and not getattr(type(self), "is_hybrid", False):
+            raise ValueError(errors.carried_state_without_slots(carried, self.config.model_type, type(self).__name__))
         flat = self.text_config is self.config
         towers = [getattr(self.config, key) for key in self.config.sub_configs if flat and getattr(self.config, key, None) is not None]
         kept = [tower._attn_implementation for tower in towers]
