@@ -51,6 +51,7 @@ from vllm.distributed.utils import get_pp_indices
 from vllm.sequence import IntermediateTensors
 
 from . import LOGGER_NAME, errors, features, split
+from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
 from .attention_terms import install as install_attention_term_check
 from .attention_terms import layers_with_carried_state
 from .compile_twin import built_as, twin
@@ -99,7 +100,7 @@ TEXT_MODEL_NAMES = ("language_model", "text_model")
 @MULTIMODAL_REGISTRY.register_processor(
     HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
 )
-class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
+class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, MultiModalMixin):
     """Any HF VLM through `AutoModel`, no per-architecture code: everything but what the
     runner puts on top (a generation head here, a pooler in `pooling.py`). Every subclass
     inherits hf_bridge's processor, registered here once (vLLM looks it up as a class
@@ -449,9 +450,10 @@ class HFBridgeBase(EncoderGraphsMixin, MultiModalMixin):
     def embed_multimodal(self, **kwargs: object) -> MultiModalEmbeddings:
         graphs = self.cpu_encoder_graphs
         given_rows = DATA_KEY.format(GRAPH_MODALITY, EMBEDS_KEY.format(GRAPH_MODALITY)) in kwargs
-        if graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs and graphs.eligible and not given_rows:
-            return graphs.execute(kwargs)
-        return self.embed_multimodal_eagerly(kwargs)
+        with token_embedding_unadapted(self.model, self.vllm_config.lora_config):
+            if graphs is not None and NUM_EMBEDS_KEY.format(GRAPH_MODALITY) in kwargs and graphs.eligible and not given_rows:
+                return graphs.execute(kwargs)
+            return self.embed_multimodal_eagerly(kwargs)
 
     def embed_multimodal_eagerly(self, kwargs: dict[str, object]) -> MultiModalEmbeddings:
         modality = next((m for m in HF_DATA_KEYS if NUM_EMBEDS_KEY.format(m) in kwargs), None)

@@ -5,7 +5,8 @@ experts-per-token count kept under another name, a router's renormalization meas
 where the config does not name it (`routing.py`), experts stored transposed, and experts
 that cannot take vLLM's routing, whose block vLLM's own router would route otherwise,
 that compute another gated MLP than its fused layer, or differ in width from the others,
-kept as transformers wrote them.
+kept as transformers wrote them; so are all experts on the CPU with LoRA enabled, where
+vLLM's LoRA on the fused layer needs Triton kernels.
 """
 
 from __future__ import annotations
@@ -88,6 +89,12 @@ class HFBridgeMoEMixin(MoEMixin):
             logger.info("hf_bridge keeps transformers' %s: vLLM would route its block in vLLM's own router, which "
                         "would not route as its block does (%s)", type(experts).__name__, why)
             kept += [site for site, _ in routed_otherwise]
+        if self.vllm_config.lora_config is not None and current_platform.is_cpu():
+            adapted = [site for site in experts_modules(self.model) if site not in kept]
+            if adapted:
+                logger.info("hf_bridge keeps transformers' %s: vLLM's LoRA on its fused-MoE layer runs Triton kernels, "
+                            "which its CPU build does not have", type(adapted[0][2]).__name__)
+            kept += adapted
         fused = [site for site in experts_modules(self.model) if site not in kept]
         width, other_width = experts_of_another_width(fused) if self._width_misread(fused) else (None, [])
         if other_width:
