@@ -18,6 +18,7 @@ import pytest
 from hf_bridge.validate import parity
 from hf_bridge.validate.reference import references
 from hf_bridge.zoo.variant import variant
+from helpers.int8_checkpoint import w8a8_copy
 from helpers.scenarios import run_scenario
 
 
@@ -97,3 +98,19 @@ def test_unplaceable_checkpoint_fares_exactly_as_without_hf_bridge(generic):
     assert cause in with_bridge["log"] and cause in without["log"]
     assert ("hf_bridge cannot place this checkpoint's multimodal items (audio: ProbeError: VoxtralProcessor refused every "
             "blank audio hf_bridge probes it with (1x1); for the first: ValueError: ") in with_bridge["log"]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("model", ["llava", "qwen2_vl"])
+def test_a_quantized_checkpoint_gives_the_in_tree_backends_tokens(zoo, tmp_path, model):
+    """A W8A8 int8 checkpoint (compressed-tensors, `helpers/int8_checkpoint.py`) runs its
+    decoder on vLLM's int8 kernels through hf_bridge as through the in-tree backend: the
+    same tokens and log-probs. transformers is no reference here: it does not quantize
+    activations."""
+    model_dir, linears = w8a8_copy(zoo(model), tmp_path / f"{model}-w8a8")
+    assert linears == 14  # 7 per decoder layer, 2 layers
+    with_bridge = run_scenario("case-result", model_dir, multiprocess=False, HF_BRIDGE_CASE="two_images")["case"]
+    in_tree = run_scenario("case-result", model_dir, multiprocess=False, HF_BRIDGE_CASE="two_images", HF_BRIDGE_DISABLE="1")["case"]
+    assert (with_bridge["model_class"], in_tree["model_class"]) == ("HFBridgeForConditionalGeneration", "TransformersMultiModalForCausalLM")
+    assert with_bridge["quantization"] == in_tree["quantization"] == "compressed-tensors"
+    assert parity.compare(parity.Result(**in_tree["result"]), parity.Result(**with_bridge["result"])) == []

@@ -74,7 +74,22 @@ def tensor_parallel(model_dir: str) -> None:
              token_logprobs=result.token_logprobs, result=dataclasses.asdict(result))
 
 
+def case_result(model_dir: str) -> None:
+    """The standard case `HF_BRIDGE_CASE` names, greedy, with log-probs; the engine's class."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.engine import make_llm
+
+    case = parity.standard_cases(64)[os.environ["HF_BRIDGE_CASE"]]
+    llm = make_llm(model_dir, limit_mm_per_prompt={"image": 2})
+    model_class = llm.apply_model(lambda model: type(model).__name__)[0]
+    result = parity.vllm_result(llm, AutoProcessor.from_pretrained(model_dir), case)
+    emit(step="case", ok=True, model_class=model_class, quantization=llm.llm_engine.model_config.quantization, result=vars(result))
+
+
 if __name__ == "__main__":
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    scenarios = {"bad-input": bad_input, "engine-start": engine_start, "tensor-parallel": tensor_parallel}
+    scenarios = {"bad-input": bad_input, "engine-start": engine_start, "tensor-parallel": tensor_parallel,
+                 "case-result": case_result}
     scenarios[sys.argv[1]](sys.argv[2])
