@@ -184,6 +184,15 @@ def token_tables_need_one_pipeline_rank(model_class: str, fields: list[str], pip
     )
 
 
+def prompt_embeds_without_token_ids(model_class: str, read_by_id: list[str]) -> str:
+    return (
+        f"enable_prompt_embeds cannot serve {model_class}: its decoder reads {' and '.join(read_by_id)}, which "
+        f"are looked up by token id, and a prompt given as embeddings carries no ids. Its output would "
+        f"silently differ from the same prompt's tokens. Start the engine without enable_prompt_embeds, "
+        f"and send token ids or text."
+    )
+
+
 def side_features_by_layer_need_one_pipeline_rank(model_class: str, pipeline_size: int) -> str:
     return (
         f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its vision tower feeds decoder "

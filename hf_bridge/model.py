@@ -123,10 +123,21 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, MultiModalMixin):
         self.forward_token_rows: dict[str, TokenRows] = {}
         """Learnt once vLLM has loaded and prepared the weights (`process_weights_after_loading`)."""
         self.token_table_inputs = self._token_table_inputs(vllm_config)
+        if vllm_config.model_config.enable_prompt_embeds:
+            self._refuse_prompt_embeds_where_ids_are_read()
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
             self.cpu_encoder_graphs = CPUEncoderGraphs(vllm_config, self)
+
+    def _refuse_prompt_embeds_where_ids_are_read(self) -> None:
+        """A prompt given as embeddings has no token ids to look per-layer inputs or token
+        tables up by (Gemma 4 and Gemma 3n; Ernie 4.5 VL): refused at start, not served wrong."""
+        read_by_id = ["per-layer token embeddings"] if self.per_layer_token_inputs is not None else []
+        if self.token_table_inputs is not None:
+            read_by_id += list(self.token_table_inputs.lookups)
+        if read_by_id:
+            raise ValueError(errors.prompt_embeds_without_token_ids(type(self.model).__name__, read_by_id))
 
     def _install_side_features(self, text_model: torch.nn.Module, convention: DecoderConvention) -> None:
         """Side features (`side_features.py`); under pipeline parallelism they travel to the
