@@ -36,11 +36,10 @@ def test_a_prompt_given_as_embeddings_gives_the_tokens_of_its_ids(zoo, engines):
 
 @pytest.mark.engine
 def test_prompt_embeds_are_refused_where_the_decoder_reads_token_ids(gemma4_variant):
-    """Gemma 4's decoder adds per-layer embeddings looked up by token id. Served, a prompt
-    sent as its exact embeddings gave other tokens than its ids (measured: 380, 19, 365
-    against 154, 351, 336), and vLLM embeds only the id rows of a step that mixes both, so
-    the other requests' per-layer rows would shift too. The engine now refuses to start
-    (vLLM's in-tree backend does not start Gemma 4 at all)."""
+    """Gemma 4's decoder adds per-layer embeddings looked up by token id, and vLLM hands the
+    model id 0 at each embedded position. Served, a prompt sent as its exact embeddings gave
+    other tokens than its ids (measured: 154, 351, 336 against 380, 19, 365). The engine now
+    refuses to start (vLLM's in-tree backend does not start Gemma 4 at all)."""
     from helpers.engine_start import start_engine
 
     done = start_engine(gemma4_variant("kv_shared"), enable_prompt_embeds=True)
