@@ -53,6 +53,7 @@ from vllm.sequence import IntermediateTensors
 from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
 from .attention_terms import install as install_attention_term_check
+from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .attention_terms import layers_with_carried_state
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
@@ -100,7 +101,7 @@ TEXT_MODEL_NAMES = ("language_model", "text_model")
 @MULTIMODAL_REGISTRY.register_processor(
     HFBridgeMultiModalProcessor, info=HFBridgeProcessingInfo, dummy_inputs=HFBridgeDummyInputsBuilder
 )
-class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, MultiModalMixin):
+class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenStatesMixin, MultiModalMixin):
     """Any HF VLM through `AutoModel`, no per-architecture code: everything but what the
     runner puts on top (a generation head here, a pooler in `pooling.py`). Every subclass
     inherits hf_bridge's processor, registered here once (vLLM looks it up as a class
@@ -125,6 +126,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, MultiModalMixin):
         self.token_table_inputs = self._token_table_inputs(vllm_config)
         if vllm_config.model_config.enable_prompt_embeds:
             self._refuse_prompt_embeds_where_ids_are_read()
+        if vllm_config.speculative_config is not None and vllm_config.speculative_config.use_eagle():
+            name_image_token_index(self.config)
         self.init_encoder_graphs(vllm_config)
         self.cpu_encoder_graphs = None
         if cpu_graphs_requested() and self.side_features is None:
