@@ -193,6 +193,15 @@ def prompt_embeds_without_token_ids(model_class: str, read_by_id: list[str]) -> 
     )
 
 
+def kv_sharing_fast_prefill_unserved(model_class: str, sharing: int) -> str:
+    return (
+        f"kv_sharing_fast_prefill cannot serve {model_class}: it gives the {sharing} decoder layer(s) that read an "
+        f"earlier layer's KV cache only the prompt tokens whose logits are needed, while hf_bridge runs "
+        f"transformers' decoder, which computes every layer over every token; the output would silently differ "
+        f"from transformers'. Start the engine without kv_sharing_fast_prefill."
+    )
+
+
 def side_features_by_layer_need_one_pipeline_rank(model_class: str, pipeline_size: int) -> str:
     return (
         f"pipeline_parallel_size={pipeline_size} cannot serve {model_class}: its vision tower feeds decoder "

@@ -363,7 +363,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
 
     def _create_attention_instances(self, prefix: str = ""):
         """vLLM's KV-cache layers; a decoder layer that attends over an earlier layer's keys
-        and values reads that layer's cache (`kv_sharing.py`)."""
+        and values reads that layer's cache (`kv_sharing.py`). vLLM's fast prefill for such
+        layers drops prompt tokens the HF decoder computes, so it is refused there."""
         self._kv_sharing_targets = self._shared_kv_caches(prefix)
         super()._create_attention_instances(prefix)
 
@@ -376,6 +377,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             for layer, source in kv_sharing_sources(self.text_config).items()
             if layer in modules and source in modules and getattr(self.get_submodule(modules[layer]), SHARED_LAYER_FLAG, False)
         }
+        if targets and self.cache_config.kv_sharing_fast_prefill:
+            raise ValueError(errors.kv_sharing_fast_prefill_unserved(type(self.model).__name__, len(targets)))
         if targets:
             logger.info("hf_bridge: %d of %d decoder layers attend over an earlier layer's keys and values (%s): they read "
                         "its KV cache and keep none of their own", len(targets), len(modules), KV_SHARED_LAYERS)

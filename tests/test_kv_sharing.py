@@ -116,3 +116,17 @@ def test_shared_layers_read_their_source_cache_and_keep_parity(gemma4_kv_shared,
             assert not parity.is_degenerate(reference.tokens), reference.tokens
             assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], (case.name, enforce_eager)
     assert_well_conditioned(gemma4_kv_shared, standard["text_only"], references(gemma4_kv_shared, [standard["text_only"]])[0])
+
+
+@pytest.mark.engine
+def test_fast_prefill_over_shared_layers_is_refused(gemma4_kv_shared):
+    """vLLM's `kv_sharing_fast_prefill` hands the sharing layers only the prompt tokens
+    whose logits are needed, where the HF decoder computes every token: served, an image
+    prompt's tokens differed from transformers' from the first (measured: 381, 165, 421
+    against 6, 26, 171). The engine refuses to start instead."""
+    from helpers.engine_start import start_engine
+    from hf_bridge import errors
+
+    done = start_engine(gemma4_kv_shared, kv_sharing_fast_prefill=True, limit_mm_per_prompt={"image": 1, "audio": 1, "video": 0})
+    refusal = errors.kv_sharing_fast_prefill_unserved("Gemma4Model", 2)
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr[-3000:]
