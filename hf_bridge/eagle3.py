@@ -42,24 +42,31 @@ class Eagle3HiddenStatesMixin:
         # transformers installs them at the first call that asks, under a lock vLLM's compiler cannot trace
         maybe_install_capturing_hooks(self.get_language_model().model)
         self.aux_hidden_state_layers = tuple(layers)
-        self._recorded_hidden_states: list[tuple[torch.Tensor, ...]] = []
-        self.model.register_forward_pre_hook(_asking_for_hidden_states, with_kwargs=True)
+        self._recorded_hidden_states: list[tuple[torch.Tensor, ...]] | None = None
+        self.model.register_forward_pre_hook(self._ask_for_hidden_states, with_kwargs=True)
         self.model.register_forward_hook(self._record_hidden_states)
 
+    def _ask_for_hidden_states(self, module, args, kwargs):
+        if self._recorded_hidden_states is None:
+            return None  # a call outside the step's forward (an encoder that runs the base model inline)
+        return args, {**kwargs, OUTPUT_HIDDEN_STATES: True}
+
     def _record_hidden_states(self, module, args, output) -> None:
-        self._recorded_hidden_states.append(_hidden_states_of(output))
+        if self._recorded_hidden_states is not None:
+            self._recorded_hidden_states.append(_hidden_states_of(output))
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
-        output = super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
-        if not self.aux_hidden_state_layers or not isinstance(output, torch.Tensor):
-            return output  # no draft reads them; or not the last pipeline rank
-        (states,) = self._recorded_hidden_states
-        self._recorded_hidden_states.clear()
+        if not self.aux_hidden_state_layers:
+            return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
+        self._recorded_hidden_states = []
+        try:
+            output = super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
+            (states,) = self._recorded_hidden_states
+        finally:
+            self._recorded_hidden_states = None
+        if not isinstance(output, torch.Tensor):
+            return output  # not the last pipeline rank
         return output, [states[layer][0] for layer in self.aux_hidden_state_layers]
-
-
-def _asking_for_hidden_states(module, args, kwargs):
-    return args, {**kwargs, OUTPUT_HIDDEN_STATES: True}
 
 
 def _hidden_states_of(output) -> tuple[torch.Tensor, ...]:

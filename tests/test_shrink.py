@@ -280,3 +280,13 @@ def test_the_shrink_builds_transformers_own_config_where_vllm_registered_its_own
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["transformers.models.cosmos3_edge.configuration_cosmos3_edge"] * 2
+
+
+def test_a_towers_layer_index_stays_inside_the_shrunk_tower():
+    """MiniCPM-V's ViT merger runs after the tower's layer `insert_layer_id` (6 of 27), which
+    its top-level config hands down to the tower on load. Past the shrunk depth the merger
+    never ran, while `get_image_features` halved each image's grid anyway, so a second image
+    was read from the first one's rows."""
+    config, _ = _generic("minicpmv4_6")
+    depth = config.vision_config.num_hidden_layers
+    assert config.insert_layer_id == config.vision_config.insert_layer_id == depth - 1

@@ -466,6 +466,11 @@ def _side(size: Any) -> int | None:
 LAYER_INDEX_FIELDS = ("global_attn_indexes",)
 """Lists of layer indices (a SAM tower's global-attention layers, 2, 5, 8, 11 by default),
 which must name layers the shrunk depth has."""
+LAYER_INDEX_SCALARS = ("insert_layer_id",)
+"""A layer index after which a tower does more, which must name a layer the shrunk depth
+has: MiniCPM-V's ViT merger runs after layer 6 of 27. Past the shrunk depth it never ran,
+while `get_image_features` still halved each image's grid, so an image after the first
+was read from another image's rows."""
 
 
 def shrink(config: Any, sizes: dict) -> None:
@@ -498,6 +503,10 @@ def shrink(config: Any, sizes: dict) -> None:
             indexes = getattr(config, name, None)
             if isinstance(indexes, (list, tuple)) and indexes and max(indexes) >= layers:
                 setattr(config, name, [layers - 1])  # the last layer keeps the kind
+        for name in LAYER_INDEX_SCALARS:
+            index = getattr(config, name, None)
+            if isinstance(index, int) and index >= layers:
+                setattr(config, name, layers - 1)
         if (getattr(config, KV_SHARED_LAYERS, 0) or 0) > 0:
             layers = share_second_half_kv(config)
     if per_layer:
@@ -612,6 +621,16 @@ def follow_tower_widths(config: Any, widths: dict[str, int | None]) -> None:
                 setattr(config, field_name, new)
 
 
+def follow_tower_layer_indexes(config: Any) -> None:
+    """Top-level copies of a tower's layer index take its shrunk value: MiniCPM-V's config
+    hands its own `insert_layer_id` down to the tower when it is built or loaded."""
+    for name in LAYER_INDEX_SCALARS:
+        if isinstance(getattr(config, name, None), int):
+            shrunk = next((getattr(sub, name) for sub in sub_configs(config).values() if isinstance(getattr(sub, name, None), int)), None)
+            if shrunk is not None:
+                setattr(config, name, shrunk)
+
+
 def clamp_feature_layers(config: Any) -> None:
     """Keep the hidden-state indices a projector reads (`vision_feature_layers`, VipLLaVA
     reads five down to -11) inside the shrunk tower: its depth + 1 states."""
@@ -655,6 +674,7 @@ def make_config(model_type: str, text_settings: dict[str, Any] | None = None):
         for sub in tower_configs(config, text):
             shrink(sub, VISION_SIZES)
         follow_tower_widths(config, widths)
+        follow_tower_layer_indexes(config)
         shrink(text, dict(TEXT_SIZES, vocab_size=len(tokenizer)))
         fits_mrope = _reads_mrope_sections(model_type, text) and isinstance(getattr(text, "rope_parameters", None), dict)
         default_sections = default_mrope_sections(model_type, text) if fits_mrope else None
