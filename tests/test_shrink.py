@@ -290,3 +290,14 @@ def test_a_towers_layer_index_stays_inside_the_shrunk_tower():
     config, _ = _generic("minicpmv4_6")
     depth = config.vision_config.num_hidden_layers
     assert config.insert_layer_id == config.vision_config.insert_layer_id == depth - 1
+
+
+def test_layer_index_lists_name_layers_the_shrunk_tower_has():
+    """A Qwen-style tower counts its layers in `depth`. Its full-attention blocks (7, 15,
+    23, 31) and deepstack layers (8, 16, 24) stayed past the shrunk depth: every block ran
+    windowed, and no deepstack feature reached the decoder, so the sweep never ran that
+    path for these types."""
+    config, _ = _generic("qwen2_5_vl")
+    assert config.vision_config.fullatt_block_indexes == [config.vision_config.depth - 1]
+    config, _ = _generic("cohere_compass")
+    assert config.vision_config.deepstack_visual_indexes == [config.vision_config.depth - 1]

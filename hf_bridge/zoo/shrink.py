@@ -463,9 +463,14 @@ def _side(size: Any) -> int | None:
     return size.get("height") or size.get("shortest_edge")
 
 
-LAYER_INDEX_FIELDS = ("global_attn_indexes",)
-"""Lists of layer indices (a SAM tower's global-attention layers, 2, 5, 8, 11 by default),
-which must name layers the shrunk depth has."""
+DEPTH_FIELDS = ("num_hidden_layers", "depth")
+"""A config's layer count: a text model's or CLIP-style tower's, or a Qwen-style tower's."""
+LAYER_INDEX_FIELDS = ("global_attn_indexes", "fullatt_block_indexes", "deepstack_visual_indexes")
+"""Lists of layer indices which must name layers the shrunk depth has: a SAM tower's
+global-attention layers (2, 5, 8, 11 by default), a Qwen2.5-VL-style tower's
+full-attention blocks (7, 15, 23, 31: past the depth, every block windowed), a
+Qwen3-VL-style tower's deepstack layers (8, 16, 24: past the depth, no deepstack
+features at all)."""
 LAYER_INDEX_SCALARS = ("insert_layer_id",)
 """A layer index after which a tower does more, which must name a layer the shrunk depth
 has: MiniCPM-V's ViT merger runs after layer 6 of 27. Past the shrunk depth it never ran,
@@ -484,7 +489,8 @@ def shrink(config: Any, sizes: dict) -> None:
     old_layer_types = list(getattr(config, "layer_types", None) or [])
     if per_layer is not None:
         config.per_layer_config = None  # read and written as one global config meanwhile
-    depth = getattr(config, "num_hidden_layers", None)
+    depth_field = next((name for name in DEPTH_FIELDS if isinstance(getattr(config, name, None), int)), None)
+    depth = getattr(config, depth_field) if depth_field else None
     vocabularies = vocabulary_twins(config) if "vocab_size" in sizes else []
     for name, value in sizes.items():
         if name in EXPERT_FIELDS and getattr(config, name, None) is None:
@@ -493,7 +499,7 @@ def shrink(config: Any, sizes: dict) -> None:
             setattr(config, name, value)
     for name in vocabularies:
         setattr(config, name, config.vocab_size)
-    layers = getattr(config, "num_hidden_layers", None)
+    layers = getattr(config, depth_field) if depth_field else None
     if isinstance(depth, int) and isinstance(layers, int):
         for name, value in list(vars(config).items()):
             if isinstance(value, list) and len(value) == depth and not name.startswith("_"):
