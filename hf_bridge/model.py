@@ -53,8 +53,8 @@ from vllm.sequence import IntermediateTensors
 from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
 from .attention_terms import install as install_attention_term_check
-from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .attention_terms import layers_with_carried_state
+from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
