@@ -4,31 +4,39 @@ or a refusal at start where the decoder reads something looked up by token id.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from hf_bridge import errors
 from hf_bridge.validate import parity
 
+HELPER = Path(__file__).parent / "helpers" / "hf_prompt_embeds.py"
+
+
+def hf_prompt_embeds(model_dir, case: str, tmp_path) -> dict:
+    import torch
+
+    out = tmp_path / f"{Path(model_dir).name}-{case}.pt"
+    done = subprocess.run([sys.executable, str(HELPER), str(model_dir), case, str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(out)
+
 
 @pytest.mark.engine
-def test_a_prompt_given_as_embeddings_gives_the_tokens_of_its_ids(zoo, engines):
+def test_a_prompt_given_as_embeddings_gives_the_tokens_of_its_ids(zoo, engines, tmp_path):
     """Gemma 3 scales its embeddings inside its embedding module: the prompt embeddings are
     what that module returns, as transformers takes them."""
-    import torch
-    from transformers import AutoProcessor
-
     for name in ("llava", "gemma3"):
         model_dir = zoo(name)
-        processor = AutoProcessor.from_pretrained(model_dir)
-        prompt = parity.prompt_text(processor, parity.standard_cases(64)["text_only"])
-        ids = processor.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
-        with torch.no_grad():
-            embeds = parity.load_generation_model(model_dir).get_input_embeddings()(ids)[0]
+        saved = hf_prompt_embeds(model_dir, "text_only", tmp_path)
         llm = engines.get(model_dir, enable_prompt_embeds=True)
         params = parity.sampling_params()
         params.prompt_logprobs = None  # vLLM gives none for a prompt of embeddings
         from_ids, from_embeds = (llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
-                                 for prompt in ({"prompt_token_ids": ids[0].tolist()}, {"prompt_embeds": embeds}))
+                                 for prompt in ({"prompt_token_ids": saved["ids"]}, {"prompt_embeds": saved["embeds"]}))
         assert list(from_embeds.token_ids) == list(from_ids.token_ids), name
         for token, a, b in zip(from_ids.token_ids, from_ids.logprobs, from_embeds.logprobs):
             assert abs(a[token].logprob - b[token].logprob) <= parity.ATOL, name
