@@ -34,13 +34,14 @@ class Eagle3HiddenStatesMixin:
     aux_hidden_state_layers: tuple[int, ...] = ()
 
     def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:
-        if self.get_language_model().model is self.model:
+        text_model = self.get_language_model().model
+        if text_model is self.model:
             super().set_aux_hidden_state_layers(layers)  # the in-tree way: its decoder returns what it records
             return
         from transformers.utils.output_capturing import maybe_install_capturing_hooks
 
         # transformers installs them at the first call that asks, under a lock vLLM's compiler cannot trace
-        maybe_install_capturing_hooks(self.get_language_model().model)
+        maybe_install_capturing_hooks(text_model)
         self.aux_hidden_state_layers = tuple(layers)
         self._recorded_hidden_states: list[tuple[torch.Tensor, ...]] | None = None
         self.model.register_forward_pre_hook(self._ask_for_hidden_states, with_kwargs=True)

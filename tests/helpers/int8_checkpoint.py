@@ -5,8 +5,6 @@ CPU build runs it with its int8 kernels."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 TOWER_WORDS = ("vision", "visual")
@@ -30,19 +28,18 @@ def w8a8_copy(model_dir: Path, into: Path) -> tuple[Path, int]:
     import torch
     from safetensors.torch import load_file, save_file
 
-    into.mkdir(parents=True)
-    for path in model_dir.iterdir():
-        if path.is_file() and path.suffix != ".safetensors" and not path.name.startswith("hf_bridge_"):
-            shutil.copy(path, into / path.name)
+    from hf_bridge.zoo.variant import variant
+
+    weights = model_dir / "model.safetensors"
+    variant(model_dir, into, config={"quantization_config": QUANTIZATION_CONFIG})
+    (into / weights.name).unlink()  # the original's, linked: written through, it would change the original
     tensors = {}
-    for name, tensor in load_file(model_dir / "model.safetensors").items():
+    for name, tensor in load_file(weights).items():
         if quantized(name, tensor):
             scale = tensor.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127
             tensors[name] = torch.round(tensor / scale).clamp(-127, 127).to(torch.int8)
             tensors[name.removesuffix("weight") + "weight_scale"] = scale.float()
         else:
             tensors[name] = tensor
-    save_file(tensors, into / "model.safetensors")
-    config = json.loads((into / "config.json").read_text())
-    (into / "config.json").write_text(json.dumps({**config, "quantization_config": QUANTIZATION_CONFIG}, indent=1))
+    save_file(tensors, into / weights.name)
     return into, sum(name.endswith("weight_scale") for name in tensors)

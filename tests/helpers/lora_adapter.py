@@ -10,7 +10,6 @@ same processor files.
 """
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ def main():
     from safetensors.torch import save_file
 
     from hf_bridge.validate import parity
-    from hf_bridge.validate.reference import CACHE_NAME
+    from hf_bridge.zoo.variant import variant
 
     model_dir, adapter_dir, merged_dir = (Path(a) for a in sys.argv[1:4])
     model = parity.load_generation_model(model_dir)
@@ -50,10 +49,10 @@ def main():
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": RANK, "lora_alpha": ALPHA, "target_modules": list(TARGETS),
         "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "use_dora": False,
     }))
+    variant(model_dir, merged_dir)  # the processor's files
+    for linked in merged_dir.glob("*.safetensors"):
+        linked.unlink()  # the original's: written through, it would change the original
     model.save_pretrained(merged_dir)
-    for path in model_dir.iterdir():
-        if path.is_file() and not (merged_dir / path.name).exists() and path.suffix != ".safetensors" and not path.name.startswith(CACHE_NAME):
-            shutil.copy(path, merged_dir / path.name)
 
 
 if __name__ == "__main__":
