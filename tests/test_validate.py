@@ -679,3 +679,27 @@ def test_rows_the_forward_pads_are_counted_as_the_forward_places_them(generic):
     rows, counts, _ = hf_rows(model, processor, cases, feature_token_ids(model.config))
     assert counts == {"audio": 188, "one_image": 256}
     assert {name: rows[name].shape[0] for name in counts} == counts
+
+
+def test_encoder_rows_come_from_the_forward_the_references_run(generic):
+    """Cosmos3-Edge's forward refuses images without `mm_token_type_ids` (its M-RoPE
+    positions), which its processor leaves off unless asked. transformers' side once ran
+    the encoder stage's forward without them, so the stage was n/a (transformers' own
+    refusal) while decoding, whose references ask for them, passed: every image case's
+    rows went unchecked. Both now take the inputs `parity.model_inputs` gives."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.encoder import hf_rows
+
+    model_dir = generic("cosmos3_edge")
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    case = parity.standard_cases(64)["two_images"]
+    assert "mm_token_type_ids" not in parity.hf_inputs(processor, case)  # what made the stage n/a
+    assert "mm_token_type_ids" in parity.model_inputs(model, processor, case)
+    rows, counts, alone = hf_rows(model, processor, [case], feature_token_ids(model.config))
+    assert not isinstance(rows[case.name], str), rows[case.name]
+    assert rows[case.name].shape[0] == counts[case.name] == alone[case.name].shape[0] > 0

@@ -41,8 +41,7 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
         for case in cases:
             captured.clear()
             try:
-                inputs = parity.for_model(parity.hf_inputs(processor, case), model.dtype)
-                inputs.pop("labels", None)
+                inputs = parity.model_inputs(model, processor, case)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
                 out[case.name] = counts[case.name] = f"transformers: {type(error).__name__}: {error}"
                 continue

@@ -280,6 +280,15 @@ def token_types_wanted(model) -> dict[str, bool]:
     return {"return_mm_token_type_ids": True} if forward_takes(type(model), "mm_token_type_ids") else {}
 
 
+def model_inputs(model, processor, case: Case):
+    """The case's inputs as `model`'s forward takes them from its processor: with the token
+    types it reads (`token_types_wanted`), in its dtype, without training labels (PaliGemma's
+    processor adds them)."""
+    inputs = for_model(hf_inputs(processor, case, **token_types_wanted(model)), model.dtype)
+    inputs.pop("labels", None)
+    return inputs
+
+
 def for_model(inputs, dtype):
     """The processor's output as a model in `dtype` takes it: floating tensors cast where
     the model is not in float32 (not every model casts its pixels), and widened where
@@ -388,8 +397,7 @@ def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=Non
 
     processor = processor or load_processor(model_dir)
     model = model or load_generation_model(model_dir)
-    inputs = for_model(hf_inputs(processor, case, **token_types_wanted(model)), model.dtype)
-    inputs.pop("labels", None)  # PaliGemma's processor adds training labels
+    inputs = model_inputs(model, processor, case)
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
         # generated log-probs are generate's own logits: a second forward would have to

@@ -16,7 +16,7 @@ def main():
     model_dir, name, out = sys.argv[1:4]
     case = parity.standard_cases(64)[name]
     model = parity.load_generation_model(model_dir)
-    inputs = parity.for_model(parity.hf_inputs(load_processor(model_dir), case, **parity.token_types_wanted(model)), model.dtype)
+    inputs = parity.model_inputs(model, load_processor(model_dir), case)
     with torch.no_grad():
         states = model.model(**inputs, output_hidden_states=True).hidden_states
     torch.save(torch.stack([s[0] for s in states]), out)
