@@ -59,7 +59,7 @@ def unnumberable_item(modality: str, index: int, exc: BaseException, processor: 
 
 
 _ACCEPTED = {
-    "image": "a PIL.Image, an HxWxC (or HxW) numpy array, a CxHxW torch tensor, or precomputed embeddings",
+    "image": "a PIL.Image, an HxWxC (or HxW) numpy array, or precomputed embeddings (a torch tensor)",
     "video": "a sequence of frames: a TxHxWxC numpy array, a list of PIL images, or a (frames, metadata) pair",
 }
 
@@ -95,6 +95,16 @@ def _media_problem(modality: str, item: Any) -> str | None:
     return None
 
 
+def processor_kwargs_refused(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc  # vLLM wraps the processor's own error in one naming the call
+    reason = str(cause).splitlines()[0][:300] if str(cause) else ""
+    return (
+        f"The model's HF processor refused a value of the processor kwargs ({type(cause).__name__}: "
+        f"{reason}). Fix the value it names, or leave that key out of `mm_processor_kwargs` (the "
+        "request's or the engine's) to keep the checkpoint's own setting."
+    )
+
+
 def no_token_types(processor: Any) -> str:
     return (
         f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
@@ -105,14 +115,14 @@ def no_token_types(processor: Any) -> str:
     )
 
 
-def modality_switched_off(modality: str, why: str, processor: Any) -> str:
+def modality_switched_off(modality: str, why: str, processor: Any, engine_kwargs: Mapping[str, Any] | None = None) -> str:
     return (
         f"hf_bridge switched {modality} input off for this model: {type(processor).__name__} could "
         f"not be probed with a blank {modality} ({why}), so hf_bridge cannot tell where a {modality} "
-        f"goes in the prompt. Text and the model's other inputs are served; remove the "
-        f"{_PLURAL.get(modality, modality)} from the request, or serve this model with vLLM's in-tree "
-        "backend (HF_BRIDGE_DISABLE=1)."
-    )
+        f"goes in the prompt. Text and the model's other inputs are served. "
+    ) + _engine_kwargs_first(
+        f"Remove the {_PLURAL.get(modality, modality)} from the request, or serve this model with "
+        "vLLM's in-tree backend (HF_BRIDGE_DISABLE=1).", engine_kwargs)
 
 
 def largest_item_not_processed(modality: str, size: str, processor: Any, error: BaseException, counted: int) -> str:
@@ -210,12 +220,23 @@ def side_features_by_layer_need_one_pipeline_rank(model_class: str, pipeline_siz
     )
 
 
-def nothing_placeable(failures: Mapping[str, str], processor: Any) -> str:
+def nothing_placeable(failures: Mapping[str, str], processor: Any, engine_kwargs: Mapping[str, Any] | None = None) -> str:
     reasons = "; ".join(f"{m}: {why}" for m, why in failures.items()) or "it has no image, video or audio processor"
     return (
         f"hf_bridge cannot place any multimodal item for {type(processor).__name__} ({reasons}). "
+    ) + _engine_kwargs_first(
         "Select vLLM's in-tree backend for it with HF_BRIDGE_DISABLE=1, or let hf_bridge route it "
-        "there itself by not naming hf_bridge's architecture in `hf_overrides`."
+        "there itself by not naming hf_bridge's architecture in `hf_overrides`.", engine_kwargs)
+
+
+def _engine_kwargs_first(fix: str, engine_kwargs: Mapping[str, Any] | None) -> str:
+    """`fix`, after the engine's processor kwargs where it was given some: they reach every
+    probe, so they are the first suspect."""
+    if not engine_kwargs:
+        return fix
+    return (
+        f"The engine's `mm_processor_kwargs` ({dict(engine_kwargs)}) reach every probe: where the "
+        f"processor refuses one of them, fix or remove it. Otherwise, {fix[0].lower()}{fix[1:]}"
     )
 
 

@@ -101,6 +101,10 @@ def hf_processor_class(model: str, revision: str | None) -> type:
     return own if isinstance(own, type) and issubclass(own, ProcessorMixin) else ProcessorMixin
 
 
+class ProcessorKwargsRefused(ValueError):
+    """The HF processor refused a value of the processor kwargs: the request's fault, not the item's."""
+
+
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
@@ -114,8 +118,21 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         return hf_processor_class(self.ctx.model_config.model, self.ctx.model_config.revision)
 
     def get_hf_processor(self, **kwargs: object):
-        """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`)."""
-        return self.ctx.get_hf_processor(self._processor_class, **kwargs)
+        """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`).
+        A processor kwarg whose value transformers refuses is named as the problem: vLLM
+        reports any `ValueError` of the processor's loading as a class to trust remote code for."""
+        try:
+            return self.ctx.get_hf_processor(self._processor_class, **kwargs)
+        except RuntimeError as exc:
+            given = {**self.engine_processor_kwargs, **kwargs}
+            if isinstance(exc.__cause__, ValueError) and given:
+                raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc.__cause__)) from exc
+            raise
+
+    @property
+    def engine_processor_kwargs(self) -> dict[str, object]:
+        """The engine's `mm_processor_kwargs`, which vLLM hands every processor call."""
+        return dict(getattr(self.ctx.model_config.multimodal_config, "mm_processor_kwargs", None) or {})
 
     @cached_property
     def probes(self) -> ProcessorProbe:
@@ -159,13 +176,14 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
             return []
         failures, unencodable = self.probes.failures, self.unencodable_modalities
+        engine_kwargs = self.engine_processor_kwargs
         for modality, why in failures.items():
-            logger.warning_once(errors.modality_switched_off(modality, why, self.get_hf_processor()))
+            logger.warning_once(errors.modality_switched_off(modality, why, self.get_hf_processor(), engine_kwargs))
         for modality, why in unencodable.items():
             logger.warning_once(why)
         placeable = [m for m in super()._get_supported_modalities() if m not in failures and m not in unencodable]
         if not placeable and not unencodable:
-            raise ValueError(errors.nothing_placeable(failures, self.get_hf_processor()))
+            raise ValueError(errors.nothing_placeable(failures, self.get_hf_processor(), engine_kwargs))
         if placeable:
             self.text_only_frame()  # learnt, and said, at start-up rather than at the first prompt without media
         return placeable
@@ -422,10 +440,21 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             return self.info.probes.probe(modality, item, hf_kwargs)
         except placeholders.PlaceholderError as exc:
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
-        except ProbeError:
+        except (ProbeError, ProcessorKwargsRefused):
             raise
         except ValueError as exc:
+            if hf_kwargs and self._processes_without_kwargs(modality, item):
+                raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
+
+    def _processes_without_kwargs(self, modality: str, item: dict) -> bool:
+        """Whether the processor takes the item without the request's processor kwargs: then
+        those, not the item, are what it refused."""
+        try:
+            self.info.probes.probe(modality, item, {})
+        except Exception:  # noqa: BLE001 - only a diagnosis: the item's own error is reported
+            return False
+        return True
 
     def _get_mm_fields_config(self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]) -> Mapping[str, MultiModalFieldConfig]:
         fields = {}

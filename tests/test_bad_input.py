@@ -21,6 +21,9 @@ def bad_input_results(zoo):
         ("unreadable_image", r"Image 0 of this request cannot be read as image: got an array of shape \(5,\)"),
         ("undecodable_image", r"Image 0 of this request cannot be read as image: got str"),
         ("unsupported_modality", r"does not take video input: its processor \(LlavaProcessor\) takes image input only"),
+        # vLLM itself says "Failed to load the processor ... consider setting `trust_remote_code=True`"
+        ("refused_processor_kwargs", r"HF processor refused a value of the processor kwargs \(ValueError: size must have "
+                                     r"one of the following set of keys.*leave that key out of `mm_processor_kwargs`"),
     ],
 )
 def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):
@@ -32,3 +35,16 @@ def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_r
     before = bad_input_results["good_before"]["tokens"]
     after = bad_input_results[f"good_after_{step}"]["tokens"]
     assert len(before) == 8 and after == before
+
+
+def test_processor_kwargs_the_processor_refuses_at_start_are_named_first(zoo):
+    """The engine's `mm_processor_kwargs` reach every probe of the processor: where the
+    processor refuses one, no item can be placed, and the error names them as the first
+    thing to fix before any other backend."""
+    import json
+
+    result = run_scenario("engine-start", zoo("llava"), multiprocess=False,
+                          ENGINE_KWARGS=json.dumps({"mm_processor_kwargs": {"size": {"foo": 3}}}))["start"]
+    assert not result["ok"]
+    assert "size must have one of the following set of keys" in result["error"], result["error"]
+    assert "The engine's `mm_processor_kwargs` ({'size': {'foo': 3}}) reach every probe" in result["error"], result["error"]

@@ -32,6 +32,7 @@ def bad_input(model_dir: str) -> None:
         "unreadable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": np.zeros(5, np.uint8)}},
         "undecodable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": "data:image/png;base64,AAAA"}},
         "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
+        "refused_processor_kwargs": {**good, "mm_processor_kwargs": {"size": {"foo": 3}}},
     }
     (first,) = llm.generate([good], params, use_tqdm=False)
     emit(step="good_before", ok=True, tokens=list(first.outputs[0].token_ids))
@@ -46,10 +47,11 @@ def bad_input(model_dir: str) -> None:
 
 
 def engine_start(model_dir: str) -> None:
+    """Starts an engine, with the engine kwargs `$ENGINE_KWARGS` (JSON) names."""
     from hf_bridge.validate.engine import make_llm
 
     try:
-        make_llm(model_dir, limit_mm_per_prompt={"image": 1})
+        make_llm(model_dir, limit_mm_per_prompt={"image": 1}, **json.loads(os.environ.get("ENGINE_KWARGS", "{}")))
         emit(step="start", ok=True)
     except Exception as exc:
         emit(step="start", ok=False, error=f"{type(exc).__name__}: {exc}")
