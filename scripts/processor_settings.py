@@ -1,10 +1,10 @@
 """Processor settings the tests never use, through `hf-bridge validate`: zoo checkpoints
-with a setting saved in their processor (and, where the model reads it too, their
+(and the sweep's checkpoints of types outside the zoo) with a setting saved in their processor (and, where the model reads it too, their
 config), or given per request as vLLM's `mm_processor_kwargs`, every stage and case
 against transformers with the same setting, through hf_bridge and vLLM's in-tree
 Transformers backend.
 
-    .venv/bin/python scripts/processor_settings.py --out PROCESSOR_SETTINGS.md   # all (about 20 minutes)
+    .venv/bin/python scripts/processor_settings.py --out PROCESSOR_SETTINGS.md   # all (about 40 minutes)
     .venv/bin/python scripts/processor_settings.py --only gemma3-pan-and-scan --impls hf_bridge   # printed only
 """
 
@@ -27,7 +27,7 @@ PAN_AND_SCAN = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28, "pan_
 class Setting:
     name: str
     arch: str
-    """The zoo checkpoint it changes."""
+    """The zoo checkpoint it changes, or a type outside the zoo, built as the sweep builds it."""
     what: str
     image_processor: dict[str, Any] = dataclasses.field(default_factory=dict)
     video_processor: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -68,6 +68,32 @@ SETTINGS = [
             per_request=PAN_AND_SCAN),
     Setting("idefics2-splitting", "idefics2", "image splitting: five sub-images per image, markers shared, written by its processor",
             image_processor={"do_image_splitting": True}),
+    Setting("llava_onevision-2-frames-per-request", "llava_onevision", "video sampled to 2 frames, per request",
+            per_request={"do_sample_frames": True, "num_frames": 2}),
+    Setting("internvl-2-frames-per-request", "internvl", "video sampled to 2 frames, per request",
+            per_request={"do_sample_frames": True, "num_frames": 2}),
+    Setting("smolvlm-2-frames", "smolvlm", "video sampled to 2 frames", video_processor={"num_frames": 2}),
+    # types outside the zoo, built by the sweep's shrinker
+    Setting("gemma4-70-tokens-per-request", "gemma4", "70 soft tokens per image (the default 280), per request",
+            per_request={"max_soft_tokens": 70}),
+    Setting("qwen2_5_vl-2-fps", "qwen2_5_vl", "video frames sampled at 2 fps: its seconds per temporal patch",
+            video_processor={"do_sample_frames": True, "fps": 2, "min_frames": 2}),
+    Setting("qwen3_vl-more-pixels-per-request", "qwen3_vl", "16384-65536 pixels per image and video, per request",
+            per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
+    Setting("glm4v-more-pixels", "glm4v", "12544-50176 pixels: small images upscaled",
+            image_processor={"size": {"shortest_edge": 12544, "longest_edge": 50176}}),
+    Setting("video_llama_3-1-fps", "video_llama_3", "video frames sampled at 1 fps", video_processor={"fps": 1}),
+    Setting("paddleocr_vl-more-pixels", "paddleocr_vl", "at least 4x the default's smallest image",
+            image_processor={"min_pixels": 112 * 112 * 4}),
+    Setting("aria-split", "aria", "images split into crops beside the whole", image_processor={"split_image": True}),
+    Setting("lfm2_vl-no-splitting", "lfm2_vl", "no tiles", image_processor={"do_image_splitting": False}),
+    Setting("got_ocr2-crops-per-request", "got_ocr2", "up to 4 crops beside the whole, per request",
+            per_request={"crop_to_patches": True, "max_patches": 4}),
+    Setting("cohere2_vision-2-patches", "cohere2_vision", "up to 2 crops", image_processor={"max_patches": 2}),
+    Setting("minicpmv4_6-one-slice-per-request", "minicpmv4_6", "one slice per image, per request",
+            per_request={"max_slice_nums": 1}),
+    Setting("phi4_multimodal-4-crops-per-request", "phi4_multimodal", "up to 4 crops (dynamic HD 4, the default 36), per request",
+            per_request={"dynamic_hd": 4}),
 ]
 
 
@@ -96,10 +122,16 @@ def check(setting: Setting, scratch: Path, impl: str = "hf_bridge") -> tuple[int
 def _checkpoint(setting: Setting, into: Path) -> Path:
     """A copy of the zoo checkpoint (weights linked) with `setting` saved into it: its own
     directory even where nothing is saved, for the references of its per-request setting."""
-    from hf_bridge.zoo import build
+    from hf_bridge.zoo import SPECS, build
+    from hf_bridge.zoo.shrink import build_sweep_model
     from hf_bridge.zoo.variant import variant
 
-    model_dir = build(setting.arch)
+    if setting.arch in SPECS:
+        model_dir = build(setting.arch)
+    else:  # the sweep's checkpoint of the type, built once per run (no engine runs in this process)
+        model_dir = into.parent / "types" / setting.arch
+        if not model_dir.exists():
+            build_sweep_model(setting.arch, model_dir)
     sections = {name: keys for name, keys in (("image_processor", setting.image_processor),
                                               ("video_processor", setting.video_processor)) if keys}
     return variant(model_dir, into, processor=setting.processor, config=setting.config, **sections)
@@ -133,8 +165,8 @@ def main() -> None:
     if args.out:
         args.out.write_text(
             "# Processor settings\n\n"
-            f"`scripts/processor_settings.py` ({time.strftime('%Y-%m-%d')}): zoo checkpoints with settings the tests "
-            "never use, every standard case through `hf-bridge validate --impl` (against transformers with the same "
+            f"`scripts/processor_settings.py` ({time.strftime('%Y-%m-%d')}): zoo checkpoints, and the sweep's checkpoints "
+            "of types outside the zoo, with settings the tests never use, every standard case through `hf-bridge validate --impl` (against transformers with the same "
             "setting; decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3). Exit 1: a "
             "stage failed, each named with its cause; exit 2: one could not be checked.\n\n"
             f"| architecture | setting | how | stages | {' | '.join(args.impls)} |\n"
