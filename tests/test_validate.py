@@ -703,3 +703,17 @@ def test_encoder_rows_come_from_the_forward_the_references_run(generic):
     rows, counts, alone = hf_rows(model, processor, [case], feature_token_ids(model.config))
     assert not isinstance(rows[case.name], str), rows[case.name]
     assert rows[case.name].shape[0] == counts[case.name] == alone[case.name].shape[0] > 0
+
+
+def test_encoder_rows_transformers_refused_but_generated_from_are_not_checked():
+    """Where transformers' forward raised on the encoder stage's inputs but generated the
+    case's references, the stage could not compare what transformers can run: not checked
+    (exit 2), never n/a, which would let the stage pass unseen. Where transformers refuses
+    the case outright, n/a stands."""
+    from hf_bridge.validate import command, parity
+
+    case = parity.standard_cases(64)["one_image"]
+    refused = "transformers: ValueError: mm_token_type_ids is missing"
+    unseen = command._encoder_verdict("hf_bridge", case, refused, None, None, transformers_ran=True)
+    assert unseen.outcome == stages.NOT_CHECKED and unseen.detail.startswith(refused), unseen
+    assert command._encoder_verdict("hf_bridge", case, refused, None, None, transformers_ran=False).outcome == stages.NOT_APPLICABLE

@@ -245,7 +245,8 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             llm, capture = start()
         if capture is not None:
             positions = feature_positions(got.prompt_ids, feature_ids) if got else []
-            emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised, rows_alone.get(case.name)))
+            emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised, rows_alone.get(case.name),
+                                  transformers_ran=not isinstance(reference, NotApplicable)))
         if "decoding" in stage_names:
             if isinstance(reference, NotApplicable):
                 emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
@@ -268,9 +269,16 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail))
 
 
-def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_alone=None) -> Verdict:
+def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_alone=None, transformers_ran: bool = False) -> Verdict:
+    """`transformers_ran`: transformers generated the case's references, so where its forward
+    raised on the encoder stage's inputs, the rows went unchecked, not n/a."""
+    from .encoder import TRANSFORMERS_RAISED
+
     if not case.media_counts:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, "no media")
+    if isinstance(reference, str) and reference.startswith(TRANSFORMERS_RAISED) and transformers_ran:
+        return Verdict(impl, case.name, "encoder", NOT_CHECKED,
+                       f"{reference}; yet transformers generated this case's references, so its rows could not be taken")
     if isinstance(reference, str) or reference is None:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE if reference else NOT_CHECKED, reference or "no transformers rows")
     if raised:

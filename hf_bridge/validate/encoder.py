@@ -20,6 +20,10 @@ import numpy as np
 from . import parity
 
 
+TRANSFORMERS_RAISED = "transformers: "
+"""How a case's rows begin where transformers' own call raised instead of giving them."""
+
+
 def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, int]):
     """(case name -> the rows `model`'s decoder receives at feature-token positions, or
     the reason there are none; case name -> `encoder_row_count`; case name -> the rows of
@@ -43,14 +47,14 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
             try:
                 inputs = parity.model_inputs(model, processor, case)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
-                out[case.name] = counts[case.name] = f"transformers: {type(error).__name__}: {error}"
+                out[case.name] = counts[case.name] = f"{TRANSFORMERS_RAISED}{type(error).__name__}: {error}"
                 continue
             counts[case.name] = encoder_row_count(model, inputs, case)
             try:
                 with torch.no_grad():
                     model(**inputs)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
-                out[case.name] = f"transformers: {type(error).__name__}: {error}"
+                out[case.name] = f"{TRANSFORMERS_RAISED}{type(error).__name__}: {error}"
                 continue
             if not captured:
                 out[case.name] = "the HF model did not call its decoder with inputs_embeds"
