@@ -105,6 +105,17 @@ def processor_kwargs_refused(exc: BaseException) -> str:
     )
 
 
+def kwargs_change_positions_only(modality: str, positions: int, plain_positions: int, processor: Any) -> str:
+    return (
+        f"This request's processor kwargs give its {modality} {positions} embedding position(s) "
+        f"where {type(processor).__name__} gives it {plain_positions} without them, yet they change "
+        f"nothing the model encodes the {modality} from, so the model would fill {plain_positions}: "
+        "such a kwarg (`patch_size`, `vision_feature_select_strategy`, ...) must match the model's "
+        "config. Leave it out of `mm_processor_kwargs`, or save it in the checkpoint's config and "
+        "processor alike."
+    )
+
+
 def no_token_types(processor: Any) -> str:
     return (
         f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "

@@ -119,15 +119,23 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     def get_hf_processor(self, **kwargs: object):
         """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`).
-        A processor kwarg whose value transformers refuses is named as the problem: vLLM
-        reports any `ValueError` of the processor's loading as a class to trust remote code for."""
+        A processor kwarg whose value transformers refuses, where the processor loads
+        without the request's kwargs, is named as the problem: vLLM reports any `ValueError`
+        of the processor's loading as a class to trust remote code for, and passes others on
+        bare (a strict config field's `StrictDataclassFieldValidationError`)."""
         try:
             return self.ctx.get_hf_processor(self._processor_class, **kwargs)
-        except RuntimeError as exc:
-            given = {**self.engine_processor_kwargs, **kwargs}
-            if isinstance(exc.__cause__, ValueError) and given:
-                raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc.__cause__)) from exc
+        except Exception as exc:
+            if kwargs and self._loads_without_kwargs():
+                raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise
+
+    def _loads_without_kwargs(self) -> bool:
+        try:
+            self.ctx.get_hf_processor(self._processor_class)
+        except Exception:  # noqa: BLE001 - only a diagnosis: vLLM's own error is reported
+            return False
+        return True
 
     @property
     def engine_processor_kwargs(self) -> dict[str, object]:
@@ -437,7 +445,10 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
 
     def _probe_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
         try:
-            return self.info.probes.probe(modality, item, hf_kwargs)
+            out, expansion = self.info.probes.probe(modality, item, hf_kwargs)
+            if hf_kwargs:
+                self._check_positions_follow_inputs(modality, item, out, expansion)
+            return out, expansion
         except placeholders.PlaceholderError as exc:
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
@@ -446,6 +457,19 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if hf_kwargs and self._processes_without_kwargs(modality, item):
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
+
+    def _check_positions_follow_inputs(self, modality: str, item: dict, out: BatchFeature, expansion) -> None:
+        """Refuse processor kwargs that change how many positions the processor gives the
+        item but nothing the model encodes it from (LLaVA's `vision_feature_select_strategy`
+        against its config's): the model would give the item's other count of rows, and
+        that mismatch raises in the engine's worker, where it stops the engine."""
+        try:
+            plain, plain_expansion = self.info.probes.probe(modality, item, {})
+        except Exception:  # noqa: BLE001 - the item needs the kwargs: nothing to compare with
+            return
+        if plain_expansion.num_embeds != expansion.num_embeds and _model_inputs_of(plain) == _model_inputs_of(out):
+            raise ProcessorKwargsRefused(errors.kwargs_change_positions_only(
+                modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
 
     def _processes_without_kwargs(self, modality: str, item: dict) -> bool:
         """Whether the processor takes the item without the request's processor kwargs: then
@@ -524,6 +548,19 @@ class NumberedDetails(PromptUpdateDetails):
     """The item's expansion as the processor writes it alone (numbered as the first item)."""
     hf_kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
     """The processor kwargs the number is learnt under."""
+
+
+def _model_inputs_of(out: BatchFeature) -> dict[str, object]:
+    """What of one item's processor output fixes the size of the model's output for it: its
+    floating tensors' shapes, and its other fields (grids, sizes, counts) by value."""
+    def plain(value):
+        if isinstance(value, torch.Tensor):
+            return ("shape", tuple(value.shape)) if value.is_floating_point() else value.tolist()
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return repr(value)
+
+    return {key: plain(out[key]) for key in split.item_data_keys(list(out))}
 
 
 def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],

@@ -33,6 +33,7 @@ def bad_input(model_dir: str) -> None:
         "undecodable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": "data:image/png;base64,AAAA"}},
         "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
         "refused_processor_kwargs": {**good, "mm_processor_kwargs": {"size": {"foo": 3}}},
+        "kwargs_against_config": {**good, "mm_processor_kwargs": {"vision_feature_select_strategy": "full"}},
     }
     (first,) = llm.generate([good], params, use_tqdm=False)
     emit(step="good_before", ok=True, tokens=list(first.outputs[0].token_ids))
