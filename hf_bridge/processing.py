@@ -414,16 +414,17 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             _DUMMY_REQUEST.reset(token)
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
+        request_keys = frozenset(hf_kwargs)  # the request's own processor kwargs; vLLM adds its tokenizer's next
         hf_data, hf_kwargs, _ = self._get_hf_mm_inputs(mm_items, hf_kwargs)  # embedding items: read below
         hf_data.pop("text", None)
         per_modality: dict[str, list[tuple[BatchFeature, placeholders.Expansion]]] = {}
         for modality in HF_DATA_KEYS:
             if modality in mm_items and embeds.is_embedding_items(mm_items[modality]):
-                outputs = [self._embedded_item(modality, i, item, hf_kwargs)
+                outputs = [self._embedded_item(modality, i, item, hf_kwargs, request_keys)
                            for i, item in enumerate(embeds.per_item(modality, mm_items[modality]))]
             else:
                 outputs = [
-                    self._probe_item(modality, i, item, hf_kwargs)
+                    self._probe_item(modality, i, item, hf_kwargs, request_keys)
                     for i, item in enumerate(self.info.probes.iter_items(modality, hf_data))
                 ]
             if outputs:
@@ -432,50 +433,56 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         # embedding items travel in `merged`, under hf_bridge's per-modality keys, not as vLLM's passthrough
         return self._finalize_hf_mm_data(hf_data, hf_kwargs, {}, merged)
 
-    def _embedded_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
+    def _embedded_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object],
+                       request_keys: frozenset[str] = frozenset()):
         """An item given as embeddings: its placeholder is the one the processor makes of a
         blank item of the same size (`embeds.py`)."""
         if has_side_features(self.info.get_hf_config()):
             raise ValueError(errors.embeds_without_side_features(modality, self.info.get_hf_processor()))
         probes = self.info.probes
         sides = embeds.blank_sides(item, *embeds.patch_sizes(probes.processor, modality))
-        out, expansion = self._probe_item(modality, index, probes.blank(modality, 1, *sides), hf_kwargs)
+        out, expansion = self._probe_item(modality, index, probes.blank(modality, 1, *sides), hf_kwargs, request_keys)
         embeds.check_item(modality, index, item, expansion.num_embeds, out, sides)
         return BatchFeature(item), expansion
 
-    def _probe_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object]):
+    def _probe_item(self, modality: str, index: int, item: dict, hf_kwargs: Mapping[str, object],
+                    request_keys: frozenset[str] = frozenset()):
+        """The item's processor output and expansion; `request_keys` name the kwargs of
+        `hf_kwargs` that the request gave, which the diagnoses below try the item without."""
+        plain_kwargs = {k: v for k, v in hf_kwargs.items() if k not in request_keys}
         try:
             out, expansion = self.info.probes.probe(modality, item, hf_kwargs)
-            if hf_kwargs:
-                self._check_positions_follow_inputs(modality, item, out, expansion)
+            if request_keys:
+                self._check_positions_follow_inputs(modality, item, out, expansion, plain_kwargs)
             return out, expansion
         except placeholders.PlaceholderError as exc:
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
             raise
         except ValueError as exc:
-            if hf_kwargs and self._processes_without_kwargs(modality, item):
+            if request_keys and self._processes_with(modality, item, plain_kwargs):
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
 
-    def _check_positions_follow_inputs(self, modality: str, item: dict, out: BatchFeature, expansion) -> None:
+    def _check_positions_follow_inputs(self, modality: str, item: dict, out: BatchFeature, expansion,
+                                       plain_kwargs: Mapping[str, object]) -> None:
         """Refuse processor kwargs that change how many positions the processor gives the
         item but nothing the model encodes it from (LLaVA's `vision_feature_select_strategy`
         against its config's): the model would give the item's other count of rows, and
         that mismatch raises in the engine's worker, where it stops the engine."""
         try:
-            plain, plain_expansion = self.info.probes.probe(modality, item, {})
+            plain, plain_expansion = self.info.probes.probe(modality, item, plain_kwargs)
         except Exception:  # noqa: BLE001 - the item needs the kwargs: nothing to compare with
             return
         if plain_expansion.num_embeds != expansion.num_embeds and _model_inputs_of(plain) == _model_inputs_of(out):
             raise ProcessorKwargsRefused(errors.kwargs_change_positions_only(
                 modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
 
-    def _processes_without_kwargs(self, modality: str, item: dict) -> bool:
-        """Whether the processor takes the item without the request's processor kwargs: then
-        those, not the item, are what it refused."""
+    def _processes_with(self, modality: str, item: dict, plain_kwargs: Mapping[str, object]) -> bool:
+        """Whether the processor takes the item without the request's processor kwargs
+        (`plain_kwargs`): then those, not the item, are what it refused."""
         try:
-            self.info.probes.probe(modality, item, {})
+            self.info.probes.probe(modality, item, plain_kwargs)
         except Exception:  # noqa: BLE001 - only a diagnosis: the item's own error is reported
             return False
         return True
