@@ -460,7 +460,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         except (ProbeError, ProcessorKwargsRefused):
             raise
         except ValueError as exc:
-            if request_keys and self._processes_with(modality, item, plain_kwargs):
+            if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
 
@@ -470,22 +470,21 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         item but nothing the model encodes it from (LLaVA's `vision_feature_select_strategy`
         against its config's): the model would give the item's other count of rows, and
         that mismatch raises in the engine's worker, where it stops the engine."""
-        try:
-            plain, plain_expansion = self.info.probes.probe(modality, item, plain_kwargs)
-        except Exception:  # noqa: BLE001 - the item needs the kwargs: nothing to compare with
+        plain = self._probe_without_request_kwargs(modality, item, plain_kwargs)
+        if plain is None:  # the item needs the kwargs: nothing to compare with
             return
-        if plain_expansion.num_embeds != expansion.num_embeds and _model_inputs_of(plain) == _model_inputs_of(out):
+        plain_out, plain_expansion = plain
+        if plain_expansion.num_embeds != expansion.num_embeds and _same_model_inputs(plain_out, out):
             raise ProcessorKwargsRefused(errors.kwargs_change_positions_only(
                 modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
 
-    def _processes_with(self, modality: str, item: dict, plain_kwargs: Mapping[str, object]) -> bool:
-        """Whether the processor takes the item without the request's processor kwargs
-        (`plain_kwargs`): then those, not the item, are what it refused."""
+    def _probe_without_request_kwargs(self, modality: str, item: dict, plain_kwargs: Mapping[str, object]):
+        """The item's output and expansion without the request's processor kwargs
+        (`plain_kwargs`), or None where the processor refuses it so: a diagnosis only."""
         try:
-            self.info.probes.probe(modality, item, plain_kwargs)
+            return self.info.probes.probe(modality, item, plain_kwargs)
         except Exception:  # noqa: BLE001 - only a diagnosis: the item's own error is reported
-            return False
-        return True
+            return None
 
     def _get_mm_fields_config(self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]) -> Mapping[str, MultiModalFieldConfig]:
         fields = {}
@@ -557,17 +556,21 @@ class NumberedDetails(PromptUpdateDetails):
     """The processor kwargs the number is learnt under."""
 
 
-def _model_inputs_of(out: BatchFeature) -> dict[str, object]:
-    """What of one item's processor output fixes the size of the model's output for it: its
-    floating tensors' shapes, and its other fields (grids, sizes, counts) by value."""
-    def plain(value):
-        if isinstance(value, torch.Tensor):
-            return ("shape", tuple(value.shape)) if value.is_floating_point() else value.tolist()
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return repr(value)
+def _same_model_inputs(first: BatchFeature, second: BatchFeature) -> bool:
+    """Whether two outputs of one item agree in what fixes the size of the model's output for
+    it: floating tensors by shape, other fields (grids, sizes, counts) by value."""
+    keys = split.item_data_keys(list(first))
+    return sorted(keys) == sorted(split.item_data_keys(list(second))) and all(_same_input(first[k], second[k]) for k in keys)
 
-    return {key: plain(out[key]) for key in split.item_data_keys(list(out))}
+
+def _same_input(first: object, second: object) -> bool:
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        if first.shape != second.shape or first.is_floating_point() != second.is_floating_point():
+            return False
+        return first.is_floating_point() or bool((first == second).all())
+    if isinstance(first, (list, tuple)) and isinstance(second, (list, tuple)):
+        return len(first) == len(second) and all(map(_same_input, first, second))
+    return repr(first) == repr(second)
 
 
 def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],
