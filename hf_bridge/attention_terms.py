@@ -18,7 +18,14 @@ A decoder layer may also keep a convolution or recurrent state from one step to 
 transformers caches beside the keys and values and vLLM's paged KV cache cannot hold:
 served as attention, each step would see its own tokens only. `layers_with_carried_state`
 finds them with transformers' own reading of the config; hf_bridge gives them vLLM's
-per-request state slots (`state_layers.py`), or refuses them by name. No vLLM import here.
+per-request state slots (`state_layers.py`), or refuses them by name.
+
+A layer whose indexer picks the keys each query attends to and keeps keys of its own in
+the cache (transformers' "indexed_attention": DeepSeek-V3.2, GLM-5, Qwen4-Exp) is found the
+same way, `layers_with_indexed_attention`, and refused before anything is built: some such
+layers hand their choice to the attention function (refused at the first forward, above),
+others fold it into the attention mask, which vLLM's functions never receive (Qwen4-Exp's
+indexer then raised `AttributeError` on the first request). No vLLM import here.
 """
 
 from __future__ import annotations
@@ -105,3 +112,16 @@ def layers_with_carried_state(config: Any) -> list[tuple[int, str]]:
 
     types, per_layer_kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
     return [(index, kind) for index, (kind, kwargs) in enumerate(zip(types, per_layer_kwargs)) if "number_of_states" in kwargs]
+
+
+def layers_with_indexed_attention(config: Any) -> list[tuple[int, str]]:
+    """(index, layer type) of each decoder layer whose transformers cache keeps a sparse
+    indexer's keys beside the keys and values (`DynamicIndexedLayer`)."""
+    from transformers import cache_utils
+
+    indexed = getattr(cache_utils, "DynamicIndexedLayer", None)
+    if indexed is None:
+        return []
+    types, _ = cache_utils.get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return [(index, kind) for index, kind in enumerate(types)
+            if issubclass(cache_utils.DYNAMIC_LAYER_TYPE_MAPPING.get(kind, object), indexed)]

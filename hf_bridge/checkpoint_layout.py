@@ -23,12 +23,15 @@ def checkpoint_transforms(config: Any, base_model: torch.nn.Module | None = None
     """The transforms transformers applies when its generation class loads this checkpoint,
     from transformers' own `get_model_conversion_mapping`: it walks the generation class's
     sub-models, so it is given a stand-in of that class (no `__init__`: nothing built)
-    holding `base_model`, the generation class's `model`. Without one, the root's alone."""
+    holding `base_model`, the generation class's `model`; or `base_model` itself, where it
+    is the generation class (`hf_classes.generation_class_alone`). Without one, the root's alone."""
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping, get_model_conversion_mapping
 
     from .head import generation_class
 
     cls = generation_class(config)
+    if base_model is not None and type(base_model) is cls:
+        return get_model_conversion_mapping(base_model)
     if base_model is not None and cls is not None and getattr(cls, "base_model_prefix", None) == "model":
         stand_in = cls.__new__(cls)
         torch.nn.Module.__init__(stand_in)

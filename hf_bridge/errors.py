@@ -299,6 +299,15 @@ def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
     )
 
 
+def indexed_attention(layers: list[tuple[int, str]], model_type: str) -> str:
+    return (
+        f"{len(layers)} decoder layer(s) of this {model_type} model attend sparsely (layers {_layer_list(layers)}): "
+        f"an indexer picks the keys each query attends to, from keys of its own that transformers caches beside "
+        f"the keys and values. vLLM's paged attention attends to every key and keeps no indexer keys: served by "
+        f"the Transformers backend, this model would not attend as it was trained to. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
 def _layer_list(layers: list[tuple[int, str]]) -> str:
     return ", ".join(f"{index} ({kind})" for index, kind in layers[:4]) + (", ..." if len(layers) > 4 else "")
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-from .hf_classes import remote_generation_class
+from .hf_classes import multimodal_generation_class, remote_generation_class
 
 
 class _AnyOutput(BaseModelOutputWithPast):
@@ -81,22 +81,6 @@ class HFLogitsHead(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         return logits if self.is_identity else self._apply(logits)
-
-
-def multimodal_generation_class(model_type: str | None):
-    """The multimodal class a transformers user generates with for `model_type`:
-    image-text-to-text, else multimodal LM (audio-language models), or None."""
-    import transformers
-    from transformers.models.auto import modeling_auto
-
-    for mapping in (
-        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-        modeling_auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES,
-    ):
-        name = mapping.get(model_type)
-        if isinstance(name, str) and hasattr(transformers, name):
-            return getattr(transformers, name)
-    return None
 
 
 def generation_class(config):

@@ -18,7 +18,8 @@ hf_bridge prefers them (`AutoModelForVision2Seq` is transformers 4's name, still
 
 def base_model_class(config) -> type | None:
     """The class `AutoModel` builds for `config`: the checkpoint's own (remote code), else
-    transformers' by model type, or None where there is neither."""
+    transformers' by model type, else its only class (`generation_class_alone`), or None
+    where there is none."""
     import transformers
     from transformers.models.auto import modeling_auto
 
@@ -26,7 +27,49 @@ def base_model_class(config) -> type | None:
     if own is not None:
         return own
     name = modeling_auto.MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
-    return getattr(transformers, name, None) if isinstance(name, str) else None
+    return getattr(transformers, name, None) if isinstance(name, str) else generation_class_alone(config)
+
+
+def generation_class_alone(config) -> type | None:
+    """transformers' generation class for a model type that has no base model class, or
+    None: Nemotron-H-Omni's one class holds its towers and a whole generation model as its
+    language model, head included, so `AutoModel` has nothing to build
+    (`register_generation_class_alone`)."""
+    from transformers.models.auto import modeling_auto
+
+    model_type = getattr(config, "model_type", "")
+    if model_type in modeling_auto.MODEL_MAPPING_NAMES or remote_code_class(config, "AutoModel") is not None:
+        return None
+    return multimodal_generation_class(model_type)
+
+
+def register_generation_class_alone(config) -> type | None:
+    """Let `AutoModel` build `generation_class_alone(config)` in this process, as vLLM's
+    Transformers backend builds every model through `AutoModel.from_config`; the class,
+    or None where `AutoModel` has one already. Its language model then runs to its hidden
+    states (`nested_head.py`), so the class's own forward returns them."""
+    cls = generation_class_alone(config)
+    if cls is not None:
+        from transformers import AutoModel
+
+        AutoModel.register(type(config), cls, exist_ok=True)
+    return cls
+
+
+def multimodal_generation_class(model_type: str | None):
+    """The multimodal class a transformers user generates with for `model_type`:
+    image-text-to-text, else multimodal LM (audio-language models), or None."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping in (
+        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        modeling_auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES,
+    ):
+        name = mapping.get(model_type)
+        if isinstance(name, str) and hasattr(transformers, name):
+            return getattr(transformers, name)
+    return None
 
 
 def mark_trusted_code(config) -> None:

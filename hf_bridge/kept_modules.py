@@ -118,6 +118,17 @@ def linears_read_directly(root: torch.nn.Module) -> Iterator[Site]:
 def _tensor_reads(cls: type) -> frozenset[tuple[str, ...]]:
     """The `self.<path>` whose `weight` or `bias` the methods `cls.forward` reaches read."""
     paths: set[tuple[str, ...]] = set()
+    for tree in _forward_trees(cls):
+        for node in ast.walk(tree):
+            path = _self_path(node)
+            if path and len(path) > 1 and path[-1] in WEIGHT_NAMES and not _reads_metadata_only(node):
+                paths.add(path[:-1])
+    return frozenset(paths)
+
+
+def _forward_trees(cls: type) -> Iterator[ast.AST]:
+    """The parsed code of `cls.forward` and of the methods of `cls` it calls (`self.f(...)`),
+    transitively, each node knowing its `parent`."""
     pending, visited = ["forward"], set()
     while pending:
         method = pending.pop()
@@ -129,13 +140,10 @@ def _tensor_reads(cls: type) -> frozenset[tuple[str, ...]]:
             for child in ast.iter_child_nodes(node):
                 child.parent = node  # type: ignore[attr-defined]
         for node in ast.walk(tree):
-            path = _self_path(node)
-            if path and len(path) > 1 and path[-1] in WEIGHT_NAMES and not _reads_metadata_only(node):
-                paths.add(path[:-1])
             called = isinstance(node, ast.Call) and _self_path(node.func)
             if called and len(called) == 1 and called[0] not in visited and inspect.isfunction(getattr(cls, called[0], None)):
                 pending.append(called[0])
-    return frozenset(paths)
+        yield tree
 
 
 def _method_tree(cls: type, name: str) -> ast.AST | None:
@@ -160,6 +168,53 @@ def _reads_metadata_only(node: ast.AST) -> bool:
     if isinstance(parent, ast.Attribute) and parent.attr in METADATA_READS:
         return True
     return isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "isinstance"
+
+
+def layers_checked_by_type(root: torch.nn.Module) -> Iterator[Site]:
+    """torch.nn layers that a module above them tells apart by their type
+    (`isinstance(layer, nn.Conv2d)`), which vLLM's replacement would change: Parakeet's
+    subsampling masks the padded frames after each `nn.Conv2d` it finds among its layers,
+    and vLLM's `Conv2dLayer` is none, so Nemotron-H-Omni's audio rows were computed from
+    unmasked padding (relative difference 0.16). Read from each class's methods, once per class."""
+    checked: dict[type, tuple[type, ...]] = {}
+    seen: set[int] = set()
+    for module in root.modules():
+        if type(module) not in checked:
+            checked[type(module)] = _torch_types_checked(type(module))
+        if not checked[type(module)]:
+            continue
+        for parent in module.modules():
+            for name, child in parent.named_children():
+                if isinstance(child, checked[type(module)]) and id(child) not in seen:
+                    seen.add(id(child))
+                    yield parent, name, child
+
+
+def _torch_types_checked(cls: type) -> tuple[type, ...]:
+    """The torch.nn classes that `isinstance` calls in the code `cls.forward` reaches name
+    (not `_init_weights`, which tells every layer apart), resolved in its module's
+    namespace (`nn.Conv2d`, `torch.nn.Linear`, or a tuple of them)."""
+    namespace = vars(inspect.getmodule(cls) or object)
+    found: list[type] = []
+    for tree in _forward_trees(cls):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" and len(node.args) == 2:
+                named = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                found += [t for t in map(lambda n: _resolve(n, namespace), named) if _is_torch_layer(t)]
+    return tuple(dict.fromkeys(found))
+
+
+def _resolve(node: ast.AST, namespace: dict) -> object:
+    """The object a dotted name (`nn.Conv2d`) stands for in `namespace`, or None."""
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id)
+    if isinstance(node, ast.Attribute):
+        return getattr(_resolve(node.value, namespace), node.attr, None)
+    return None
+
+
+def _is_torch_layer(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__.startswith("torch.nn.modules")
 
 
 def norms_over_another_axis(root: torch.nn.Module) -> Iterator[Site]:

@@ -53,7 +53,7 @@ from vllm.sequence import IntermediateTensors
 from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
 from .attention_terms import install as install_attention_term_check
-from .attention_terms import layers_with_carried_state
+from .attention_terms import layers_with_carried_state, layers_with_indexed_attention
 from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
@@ -65,12 +65,13 @@ from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY
 from .forward_token_rows import EMBEDS, TokenRows, learn_token_rows
 from .head import HFLogitsHead
-from .kept_modules import kept_out, linears_read_directly, linears_with_own_forward, norms_over_another_axis, torch_composites
+from .kept_modules import (kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
+                           norms_over_another_axis, torch_composites)
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .mrope import PlacedItem, item_fields, mrope_positions
-from .hf_classes import forward_takes, transformers_own_config
+from .hf_classes import forward_takes, generation_class_alone, register_generation_class_alone, transformers_own_config
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
@@ -314,6 +315,11 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
             self.config, self.text_config = own, own.get_text_config()
         # judged on the config the model is built from, before anything is built
+        if (alone := register_generation_class_alone(self.config)) is not None:
+            logger.info("hf_bridge builds %s, transformers' one class for %s (it has no base model class)",
+                        alone.__name__, self.config.model_type)
+        if indexed := layers_with_indexed_attention(self.config):
+            raise ValueError(errors.indexed_attention(indexed, self.config.model_type))
         if (carried := layers_with_carried_state(self.config)) and not getattr(type(self), "is_hybrid", False):
             raise ValueError(errors.carried_state_without_slots(carried, self.config.model_type, type(self).__name__))
         flat = self.text_config is self.config
@@ -416,11 +422,12 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         head_name = generation_head(text_model)
         if head_name is not None:
             logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(text_model).__name__)
-            run_to_hidden_states(text_model, head_name)
+            run_to_hidden_states(text_model, head_name, read_as_logits=type(self.model) is generation_class_alone(self.config))
         with self._towers_replicated(text_model):
             sharded = (self.model.tp_plan or {}).keys()
             kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
-                    *linears_read_directly(self.model), *norms_over_another_axis(self.model)]
+                    *linears_read_directly(self.model), *norms_over_another_axis(self.model),
+                    *layers_checked_by_type(self.model)]
             with kept_out(kept):
                 super().recursive_replace()
         for module in self.model.modules():

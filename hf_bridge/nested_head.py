@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+LOGITS = "logits"
 HEAD_ONLY_ARGUMENTS = ("logits_to_keep", "labels")
 """Arguments a generation model's forward spends on its head, which its decoder never takes."""
 
@@ -41,15 +42,28 @@ def decoder_of(text_model: torch.nn.Module) -> torch.nn.Module | None:
     return decoder if isinstance(decoder, torch.nn.Module) and decoder is not text_model else None
 
 
-def run_to_hidden_states(text_model: torch.nn.Module, head_name: str) -> None:
+def bare_decoder(model: torch.nn.Module) -> torch.nn.Module:
+    """The module holding `model`'s decoder layers: its decoder (`get_decoder`), or the one
+    inside that where it is a whole generation model (Nemotron-H-Omni's language model)."""
+    decoder = model.get_decoder()
+    return decoder_of(decoder) if generation_head(decoder) is not None else decoder
+
+
+def run_to_hidden_states(text_model: torch.nn.Module, head_name: str, read_as_logits: bool = False) -> None:
     """`text_model`'s forward made its decoder's (same arguments, the head's own left
-    out), and its head dropped."""
+    out), and its head dropped. `read_as_logits`: its caller reads the output's `logits`
+    (a generation class holding a generation model, `hf_classes.generation_class_alone`),
+    so the hidden states are handed on under that name too, and the caller returns them
+    where it would return logits."""
     decoder = decoder_of(text_model)
 
     def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         for name in HEAD_ONLY_ARGUMENTS:
             kwargs.pop(name, None)
-        return decoder(*args, **kwargs)
+        output = decoder(*args, **kwargs)
+        if read_as_logits:
+            output[LOGITS] = output[0]
+        return output
 
     text_model.forward = types.MethodType(forward, text_model)
     setattr(text_model, head_name, torch.nn.Identity())

@@ -40,6 +40,7 @@ from .attention_terms import attends_beside_its_state, layers_holding_nothing, l
 from .bidirectional import KeepMediaItemsWhole
 from .carried_state import OneLayerCache, StateEntry, StepSequence, cache_argument, measure_layout, run_on_slots, state_modules
 from .features import decoder_layers_name
+from .nested_head import bare_decoder
 from .step_kwargs import keep_eager
 
 logger = init_logger(LOGGER_NAME)
@@ -155,7 +156,7 @@ class CarriedStateMixin:
         none for a layer that does neither. vLLM's backend builds one layer per decoder
         layer index, through `_get_attn_cls`; a state layer beside attention is built here."""
         carried = layers_with_carried_state(self.config)
-        decoder = self.model.get_decoder()  # its layers alone: a tower's modules may have a `layer_idx` too
+        decoder = bare_decoder(self.model)  # its layers alone: a tower's modules may have a `layer_idx` too
         decoder_name = next(name for name, module in self.named_modules() if module is decoder)
         modules = {index: (f"{decoder_name}.{name}", module)
                    for index, (name, module) in state_modules(decoder, [index for index, _ in carried]).items()}

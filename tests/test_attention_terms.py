@@ -1,6 +1,6 @@
 """What vLLM's paged attention cannot carry is refused at engine start, never dropped
 (`hf_bridge/attention_terms.py`): a model's own attention terms (a position bias, the
-key blocks a sparse indexer chose). Decoder layers that keep a convolution or recurrent
+key blocks a sparse indexer chose), and layers whose indexer keeps keys of its own. Decoder layers that keep a convolution or recurrent
 state between steps are found here as transformers caches them; hf_bridge keeps their
 states per request (`tests/test_carried_state.py`).
 """
@@ -20,6 +20,7 @@ from hf_bridge.attention_terms import (
     known_keywords,
     layers_holding_nothing,
     layers_with_carried_state,
+    layers_with_indexed_attention,
     refuse_unapplied_terms,
     unapplied_terms,
 )
@@ -97,6 +98,23 @@ def test_layers_that_neither_attend_nor_carry_a_state_are_named():
     assert layers_holding_nothing(Qwen3_5Config()) == []
 
 
+def test_layers_whose_indexer_keeps_keys_are_read_as_transformers_caches_them():
+    """DeepSeek-V3.2's, GLM-5's and Qwen4-Exp's indexed layers: transformers' cache keeps
+    their indexer's keys (`DynamicIndexedLayer`). Dense, sliding and state layers are not."""
+    from transformers import (DeepseekV32Config, GlmMoeDsaConfig, InklingConfig, LlavaConfig, MiniMaxM3VLConfig,
+                              Qwen3_5Config, Qwen4ExpConfig)
+
+    deepseek = DeepseekV32Config(num_hidden_layers=3)
+    assert layers_with_indexed_attention(deepseek) == [(0, "indexed_attention"), (1, "indexed_attention"),
+                                                       (2, "indexed_attention")]
+    assert [index for index, _ in layers_with_indexed_attention(GlmMoeDsaConfig(num_hidden_layers=2))] == [0, 1]
+    qwen4 = Qwen4ExpConfig(text_config={"num_hidden_layers": 8})
+    assert layers_with_indexed_attention(qwen4) == [(3, "indexed_attention"), (7, "indexed_attention")]
+    assert layers_with_carried_state(qwen4) == [(i, "linear_attention") for i in (0, 1, 2, 4, 5, 6)]
+    for config in (LlavaConfig(), Qwen3_5Config(), InklingConfig(), MiniMaxM3VLConfig()):
+        assert layers_with_indexed_attention(config) == []
+
+
 REFUSE = """
 import os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -105,11 +123,20 @@ make_llm(sys.argv[1]).generate("Tell me about the weather today, and tomorrow.")
 """
 
 
+BUILD_SWEEP_MODEL = """
+import sys
+from pathlib import Path
+from hf_bridge.zoo.shrink import build_sweep_model
+build_sweep_model(sys.argv[1], Path(sys.argv[2]))
+"""
+
+
 @pytest.fixture
 def checkpoint(kind, tmp_path):
-    """MiniMax-M3 with a sparse layer (its helper)."""
+    """MiniMax-M3 with a sparse layer (its helper), or a type the sweep's shrinker builds."""
     out = tmp_path / kind
-    done = subprocess.run([sys.executable, str(MINIMAX_SPARSE), str(out)], capture_output=True, text=True, timeout=900)
+    command = [str(MINIMAX_SPARSE)] if kind == "minimax_sparse" else ["-c", BUILD_SWEEP_MODEL, kind]
+    done = subprocess.run([sys.executable, *command, str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -120,6 +147,11 @@ def checkpoint(kind, tmp_path):
      "ValueError: MiniMaxM3VLAttention passes `block_indices` to its attention function, a term of the attention scores "
      "(a position bias, the key blocks a sparse indexer chose) that vLLM's paged attention does not apply: served by the "
      "Transformers backend, this model would not attend as it was trained to, and answer wrongly. " + NATIVE),
+    ("qwen4_exp",
+     "ValueError: 1 decoder layer(s) of this qwen4_exp model attend sparsely (layers 1 (indexed_attention)): an indexer "
+     "picks the keys each query attends to, from keys of its own that transformers caches beside the keys and values. "
+     "vLLM's paged attention attends to every key and keeps no indexer keys: served by the Transformers backend, this "
+     "model would not attend as it was trained to. " + NATIVE),
 ])
 def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, checkpoint):
     """MiniMax-M3's sparse layers (their indexer's block choice, passed as `block_indices`):
@@ -127,7 +159,12 @@ def test_the_engine_refuses_naming_what_vllm_cannot_carry(kind, message, checkpo
     ("RuntimeError: index 11 is out of bounds", measured in eager mode: vLLM keeps no
     indexer cache), with the block choice dropped on the steps before. Attention terms are
     refused on the first forward: vLLM's start-up pass on a GPU, here (the CPU's eager mode
-    skips that pass) the first request."""
+    skips that pass) the first request.
+
+    Qwen4-Exp's indexer folds its choice into the attention mask, which vLLM's attention
+    functions never receive: its first request raised `AttributeError: 'NoneType' object has
+    no attribute 'dtype'` in the indexer. Layers whose indexer keeps keys of its own are
+    refused before the model is built."""
     done = subprocess.run([sys.executable, "-c", REFUSE, str(checkpoint)], capture_output=True, text=True, timeout=900)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr[-3000:]

@@ -14,6 +14,7 @@ from hf_bridge.kept_modules import (
     experts_with_another_gated_mlp,
     experts_without_routing,
     kept_out,
+    layers_checked_by_type,
     linears_read_directly,
     linears_with_own_forward,
     norms_over_another_axis,
@@ -188,3 +189,22 @@ def test_norms_over_another_axis_than_the_last_are_kept():
     root.proj = torch.nn.Linear(8, 8)
     kept = [(parent, name) for parent, name, _ in norms_over_another_axis(root)]
     assert kept == [(root.tower, "1"), (root.tower, "3")]
+
+
+def test_layers_a_forward_tells_apart_by_type_are_kept():
+    """Parakeet's subsampling masks padded frames after each `nn.Conv2d` among its layers
+    (`isinstance(layer, nn.Conv2d)`): vLLM's `Conv2dLayer` would pass unmasked. Its
+    encoder blocks' 1-D convolutions, linears and norms are not checked by type, and
+    `_init_weights` (which tells every layer apart) does not count."""
+    from transformers import ParakeetEncoderConfig
+    from transformers.models.parakeet.modeling_parakeet import ParakeetEncoder
+
+    config = ParakeetEncoderConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   subsampling_conv_channels=8)
+    encoder = ParakeetEncoder(config)
+    kept = [(parent, name) for parent, name, _ in layers_checked_by_type(encoder)]
+    convs = [(encoder.subsampling.layers, name) for name, layer in encoder.subsampling.layers.named_children()
+             if isinstance(layer, torch.nn.Conv2d)]
+    assert kept == convs and len(convs) == 5
+    llama = Llama4TextMoe(Llama4TextConfig(**TINY, num_local_experts=2))
+    assert list(layers_checked_by_type(llama)) == []

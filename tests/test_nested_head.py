@@ -1,12 +1,15 @@
 """`nested_head.py` without vLLM: a text model that is a whole generation model (Llama 4's
-`Llama4ForCausalLM`) runs to its decoder's hidden states, for vLLM's head to take."""
+`Llama4ForCausalLM`) runs to its decoder's hidden states, for vLLM's head to take; and a
+model type whose one class is such a generation class (Nemotron-H-Omni's) is built by
+`AutoModel` (`hf_classes.register_generation_class_alone`)."""
 
 from __future__ import annotations
 
 import torch
 from transformers import Llama4TextConfig, Llama4ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 
-from hf_bridge.nested_head import generation_head, run_to_hidden_states
+from hf_bridge.hf_classes import base_model_class, generation_class_alone, register_generation_class_alone
+from hf_bridge.nested_head import bare_decoder, generation_head, run_to_hidden_states
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
             vocab_size=100)
@@ -32,3 +35,38 @@ def test_it_then_returns_its_decoders_hidden_states_and_holds_no_head():
     assert torch.equal(out.last_hidden_state, hidden)
     assert isinstance(model.lm_head, torch.nn.Identity)
     assert not any(p.shape[0] == TINY["vocab_size"] for n, p in model.named_parameters() if not n.startswith("model."))
+
+
+def test_a_caller_that_reads_its_text_models_logits_gets_the_hidden_states():
+    """Nemotron-H-Omni's forward returns `self.language_model(...).logits`: with
+    `read_as_logits` those are the hidden states, and the output's first entry stays them."""
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**TINY)).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        hidden = model.model(input_ids=ids).last_hidden_state
+        run_to_hidden_states(model, "lm_head", read_as_logits=True)
+        out = model(input_ids=ids)
+    assert torch.equal(out.logits, hidden) and torch.equal(out[0], hidden)
+
+
+def test_the_decoder_layers_sit_in_the_decoder_inside_a_whole_generation_model():
+    wrapper = torch.nn.Module()
+    wrapper.language_model = Qwen2ForCausalLM(Qwen2Config(**TINY))
+    wrapper.get_decoder = lambda: wrapper.language_model
+    assert bare_decoder(wrapper) is wrapper.language_model.model
+    bare = Qwen2Model(Qwen2Config(**TINY))
+    assert bare_decoder(bare) is bare
+
+
+def test_a_type_whose_one_class_is_a_generation_class_is_built_by_automodel():
+    from transformers import AutoModel, LlavaConfig, LlavaModel, NemotronH_Omni_Reasoning_V3_Config
+    from transformers.models.nemotron_h_omni.modeling_nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
+    config = NemotronH_Omni_Reasoning_V3_Config()
+    assert generation_class_alone(config) is NemotronH_Omni_Reasoning_V3 is base_model_class(config)
+    assert register_generation_class_alone(config) is NemotronH_Omni_Reasoning_V3
+    assert AutoModel._model_mapping[type(config)] is NemotronH_Omni_Reasoning_V3
+    # a type with a base model class keeps it, and nothing is registered for it
+    assert generation_class_alone(LlavaConfig()) is None and base_model_class(LlavaConfig()) is LlavaModel
+    assert register_generation_class_alone(LlavaConfig()) is None

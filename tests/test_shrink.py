@@ -301,3 +301,27 @@ def test_layer_index_lists_name_layers_the_shrunk_tower_has():
     assert config.vision_config.fullatt_block_indexes == [config.vision_config.depth - 1]
     config, _ = _generic("cohere_compass")
     assert config.vision_config.deepstack_visual_indexes == [config.vision_config.depth - 1]
+
+
+def test_latent_attention_without_rotary_dims_keeps_none():
+    """GLM-5-Next's indexed layers are latent attention without rotary dims, and its config
+    refuses any other (`Expecting NoPE for the DSA attention layers`): a 0 rotary width is
+    a kind, kept, where DeepSeek-V3's shrinks (`test_derived_text_fields_follow_the_shrink`)."""
+    config, _ = _generic("glm5_next")
+    assert config.get_text_config().qk_rope_head_dim == 0
+    assert "indexed_attention" in config.get_text_config().layer_types
+
+
+def test_a_recipe_gives_what_the_default_config_and_processor_lack():
+    """Qwen4-Exp builds its QSA indexer for every indexed layer, which its default config
+    leaves unsized; Nemotron-H-Omni's default has no audio tower, its auto mappings name
+    no feature extractor, and its video processor has no normalization."""
+    from transformers import ParakeetEncoderConfig, ParakeetFeatureExtractor
+
+    qwen4, _ = _generic("qwen4_exp")
+    assert {k: getattr(qwen4.text_config, k) for k in shrink.QWEN4_EXP_INDEXER} == shrink.QWEN4_EXP_INDEXER
+    omni, processor = _generic("nemotron_h_omni")
+    assert isinstance(omni.audio_config, ParakeetEncoderConfig) and omni.audio_config.hidden_size == shrink.VISION_SIZES["hidden_size"]
+    assert omni.audio_config.projection_hidden_size == shrink.NEMOTRON_H_OMNI_AUDIO_PROJECTION
+    assert isinstance(processor.feature_extractor, ParakeetFeatureExtractor)
+    assert processor.video_processor.norm_mean is not None

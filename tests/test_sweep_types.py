@@ -54,11 +54,16 @@ cannot start it) and Qwen3.5-MoE and MiniCPM-V 4.6 and 4.7 (linear-attention lay
 states vLLM keeps per request, `state_layers.py`; MiniCPM-V 4.6's text config asks for
 M-RoPE, which its base model computes no positions for, and its merger reshapes by its
 linear's `in_features`; MiniCPM-V 4.7 computes positions from `target_sizes` and
-`target_sizes_videos`, `mrope.py`; the in-tree backend refuses their linear attention).
+`target_sizes_videos`, `mrope.py`; the in-tree backend refuses their linear attention) and
+Nemotron-H-Omni (a type whose one class is its generation class, holding a whole
+`NemotronHForCausalLM` whose logits its forward returns, so `AutoModel` has nothing to
+build: `hf_classes.register_generation_class_alone`; Mamba layers on state slots; a
+Parakeet audio tower whose subsampling tells its `nn.Conv2d` layers apart by type,
+`kept_modules.layers_checked_by_type`; the in-tree backend cannot process its items).
 Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
-Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge and MUSE-Glimmer add
-what their default configs lack, as their checkpoints have it).
+Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer and
+Nemotron-H-Omni add what their default configs lack, as their checkpoints have it).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -111,6 +116,8 @@ CASES = {
     "minicpmv4_6": ["one_image"],
     # M-RoPE from fields named `target_sizes_videos`
     "minicpmv4_7": ["video"],
+    # one class, a whole generation model inside; Mamba layers on state slots; Parakeet audio
+    "nemotron_h_omni": ["one_image", "audio"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+
 from ..hf_classes import transformers_config_class
 from ..kv_sharing import KV_SHARED_LAYERS
 from .specs import ZooSpec
@@ -41,6 +43,9 @@ EXPERT_FIELDS = frozenset(
     {"num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"}
 )
 """Fields that a dense model leaves None (Gemma 4): the shrink keeps them so."""
+ZERO_KEPT = frozenset({"qk_rope_head_dim"})
+"""Fields whose 0 is a kind, not a size, kept so: latent attention without rotary dims
+(GLM-5-Next's, whose config refuses any other)."""
 VISION_SIZES = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
     depth=2, embed_dim=32, num_heads=2, head_dim=16, width=32, layers=2, heads=2,
@@ -72,6 +77,9 @@ class Override:
     """Tokens the model looks up by their exact string (Emu3's `<image>`)."""
     sub_processors: dict[str, dict] = field(default_factory=dict)
     """Constructor kwargs per sub-processor attribute (`image_processor`, ...)."""
+    sub_processor_classes: dict[str, str] = field(default_factory=dict)
+    """transformers' class per sub-processor attribute, where the type's auto mappings name
+    none (Nemotron-H-Omni's feature extractor is its Parakeet tower's)."""
     processor: dict[str, Any] = field(default_factory=dict)
     """Constructor kwargs of the processor itself."""
     configure: Callable[[Any, Any], None] | None = None
@@ -277,6 +285,34 @@ def _granite4_vision(config, tokenizer) -> None:
     qformer.hidden_size = qformer.encoder_hidden_size = width
 
 
+QWEN4_EXP_INDEXER = dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=32, indexer_budget=8, indexer_compress_ratio=4)
+"""Its QSA indexer, which its model builds for every indexed layer though its default
+config leaves the indexer's fields None (`None // None` on building): blocks of 4
+tokens, 8 tokens kept, so that the sweep's prompts attend sparsely."""
+
+
+def _qwen4_exp(config, tokenizer) -> None:
+    for name, value in QWEN4_EXP_INDEXER.items():
+        setattr(config.text_config, name, value)
+
+
+NEMOTRON_H_OMNI_AUDIO_PROJECTION = 64
+"""The width of Nemotron-H-Omni's audio projector between its Parakeet tower and the text
+model, a field its checkpoints add to the Parakeet config (`projection_hidden_size`)."""
+
+
+def _nemotron_h_omni(config, tokenizer) -> None:
+    """Its default config has no audio tower (`audio_config` None: no audio branch), which
+    its checkpoints have: a Parakeet encoder, read as theirs (no attention bias, unscaled
+    input) with the projector's fields they add."""
+    from transformers import ParakeetEncoderConfig
+
+    audio = ParakeetEncoderConfig(attention_bias=False, scale_input=False)
+    shrink(audio, VISION_SIZES)
+    audio.projection_hidden_size, audio.projection_bias = NEMOTRON_H_OMNI_AUDIO_PROJECTION, False
+    config.audio_config = audio
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass, chat_placeholders=VISION_MARKED_IMAGE),
@@ -319,6 +355,12 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "lfm2_vl": Override(text_settings=LFM2_CONV_THEN_ATTENTION),
     "deepseek_ocr2": Override(configure=_deepseek_ocr2),
     "muse_glimmer": Override(configure=_muse_glimmer),
+    "qwen4_exp": Override(configure=_qwen4_exp),
+    # its video processor has no normalization default, which checkpoints store (its image processor's: CLIP's)
+    "nemotron_h_omni": Override(
+        configure=_nemotron_h_omni, sub_processor_classes={"feature_extractor": "ParakeetFeatureExtractor"},
+        sub_processors={"video_processor": dict(norm_mean=list(OPENAI_CLIP_MEAN), norm_std=list(OPENAI_CLIP_STD))},
+    ),
     # its processor writes 256 tokens per image, what its tower gives at its checkpoints' 1024 px
     "got_ocr2": Override(sub_processors={"image_processor": dict(size={"height": 1024, "width": 1024})}),
     # templates that mark each item: bare, two images in a row read as one span
@@ -347,7 +389,7 @@ def processor_class(model_type: str):
 
 def generation_class(model_type: str):
     """The class a transformers user generates with for `model_type`, or None."""
-    from ..head import multimodal_generation_class
+    from ..hf_classes import multimodal_generation_class
 
     return multimodal_generation_class(model_type)
 
@@ -495,6 +537,8 @@ def shrink(config: Any, sizes: dict) -> None:
     for name, value in sizes.items():
         if name in EXPERT_FIELDS and getattr(config, name, None) is None:
             continue  # a dense model (Gemma 4's): an expert count would make vLLM take it for MoE
+        if name in ZERO_KEPT and getattr(config, name, None) == 0:
+            continue
         if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)):
             setattr(config, name, value)
     for name in vocabularies:
@@ -735,6 +779,8 @@ def derived_attributes(cls: type) -> frozenset[str]:
 
 def make_processor(model_type: str):
     def make(tokenizer):
+        import transformers
+
         from .specs import chat_template
 
         cls = processor_class(model_type)
@@ -743,8 +789,10 @@ def make_processor(model_type: str):
             if name == "tokenizer":
                 parts[name] = tokenizer
                 continue
-            kwargs = RECIPE_OVERRIDES.get(model_type, Override()).sub_processors.get(name, {})
-            parts[name] = _sub_processor_class(model_type, name)(**kwargs)
+            override = RECIPE_OVERRIDES.get(model_type, Override())
+            named = override.sub_processor_classes.get(name)
+            cls_of_part = getattr(transformers, named) if named else _sub_processor_class(model_type, name)
+            parts[name] = cls_of_part(**override.sub_processors.get(name, {}))
         settings = dict(settings_from_config(cls, model_type), **RECIPE_OVERRIDES.get(model_type, Override()).processor)
         processor = cls(**parts, **settings)
         match_patch_geometry(processor)
