@@ -120,7 +120,8 @@ def no_token_types(processor: Any) -> str:
     return (
         f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "
         "when called with `return_mm_token_type_ids=True`, and lists no multimodal tokens "
-        "(`image_token_ids`, `video_token_ids`, `audio_token_ids`) to type them by, so "
+        "(`image_token_ids`, `video_token_ids`, `audio_token_ids`) nor names one its tokenizer "
+        "holds (`image_token`, ...) to type them by, so "
         "hf_bridge cannot tell which prompt tokens belong to which item. A processor that "
         "sets them as transformers' `ProcessorMixin` expects reports them."
     )

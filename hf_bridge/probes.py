@@ -26,6 +26,8 @@ from typing import Any
 from . import errors, frame, numbering, placeholders, text_step
 
 MODALITIES = ("image", "video", "audio")
+MODALITY_TYPE_IDS = {"image": 1, "video": 2, "audio": 3}
+"""The codes transformers' `create_mm_token_type_ids` types each modality's tokens with."""
 HF_DATA_KEYS = {"image": ("images",), "video": ("videos", "video_metadata"), "audio": ("audio",)}
 """The keyword(s) under which `ProcessorMixin.__call__` takes each modality's data."""
 
@@ -182,30 +184,59 @@ def blank_items(processor: Any, modality: str, count: int, shape: BlankShape, se
 def token_type_ids(out: Any, processor: Any):
     """The processor's multimodal token types (Gemma3 calls them `token_type_ids`), else
     transformers' `create_mm_token_type_ids` over its ids (`listed_token_types`)."""
+    import numpy as np
+
     type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
-    if type_ids is None:
-        type_ids = listed_token_types(out["input_ids"], processor)
+    # `ProcessorMixin` types by the ids a processor lists: listing none (Janus), it returns zeros
+    typed_by_nothing = type_ids is not None and not _listed_token_ids(processor) and not np.asarray(type_ids).any()
+    if type_ids is None or typed_by_nothing:
+        type_ids = listed_token_types(out["input_ids"], processor) if named_token_ids(processor) or type_ids is None else type_ids
     if type_ids is None:
         raise ProbeError(errors.no_token_types(processor))
     return type_ids
+
+
+def _listed_token_ids(processor: Any) -> list[int]:
+    """The multimodal token ids a processor lists as `ProcessorMixin` reads them (`image_token_ids`, ...)."""
+    return [i for m in MODALITIES for i in (getattr(processor, f"{m}_token_ids", None) or ()) if i is not None]
 
 
 def listed_token_types(input_ids: Any, processor: Any):
     """Token types for a processor whose own `__call__` ignores `return_mm_token_type_ids`
     (Idefics2's) but which lists its multimodal tokens (`image_token_ids`, ...) as
     `ProcessorMixin` reads them: transformers' `create_mm_token_type_ids`, which types
-    the listed tokens only; the expansions cover the untyped markers around them. None
-    where the processor lists none."""
+    the listed tokens only; the expansions cover the untyped markers around them. Where
+    it lists none, the tokens it names by their text (`named_token_ids`) are typed with
+    the same codes. None where it does neither."""
     import numpy as np
 
-    listed = [i for m in MODALITIES for i in (getattr(processor, f"{m}_token_ids", None) or ()) if i is not None]
     create = getattr(processor, "create_mm_token_type_ids", None)
-    if not listed or create is None:
+    if not _listed_token_ids(processor):
+        named = named_token_ids(processor)
+        if not named:
+            return None
+        ids = np.asarray(input_ids)
+        types = np.zeros_like(ids)
+        for modality, token_id in named.items():
+            types[ids == token_id] = MODALITY_TYPE_IDS[modality]
+        return types
+    if create is None:
         return None
     try:
         return np.asarray(create(input_ids))
     except TypeError:  # a processor's own override needs what its `__call__` passes (Idefics3's)
         return None
+
+
+def named_token_ids(processor: Any) -> dict[str, int]:
+    """Per modality, the id of the token a processor names by its text alone
+    (`audio_token = "<|audio|>"`: Granite Speech, BLIP-2, Qwen2.5-Omni), where its
+    tokenizer holds that text as one token, and of another id per modality."""
+    tokenizer = getattr(processor, "tokenizer", None)
+    vocabulary = tokenizer.get_vocab() if tokenizer is not None else {}
+    named = {m: vocabulary.get(getattr(processor, f"{m}_token", None)) for m in MODALITIES}
+    found = {m: i for m, i in named.items() if isinstance(i, int)}
+    return found if len(set(found.values())) == len(found) else {}
 
 
 def chat_template_placeholder(processor: Any, modality: str) -> str | None:

@@ -168,7 +168,8 @@ def test_a_processor_that_drops_the_types_flag_is_typed_by_the_tokens_it_lists(z
     image tokens, not the `<fake_token_around_image>` markers around them, which the
     probed expansion covers. It then rewrites the text around them, which no per-item
     replacement can say, but from the text alone: hf_bridge lets it write the prompt
-    (`text_step.py`). Listing no token leaves nothing to type by."""
+    (`text_step.py`). Listing no token, it is typed by the token it names (`image_token`);
+    naming none either leaves nothing to type by."""
     from PIL import Image
     from transformers import AutoProcessor
 
@@ -186,9 +187,34 @@ def test_a_processor_that_drops_the_types_flag_is_typed_by_the_tokens_it_lists(z
     assert probe.writes_prompt == {"image"}
     assert probe.core("image", {}) == (processor.image_token_id,) * processor.image_seq_len
     processor.image_token_id = None
+    assert token_type_ids(out, processor)[0].tolist() == types
+    processor.image_token = None
     with pytest.raises(ProbeError, match="lists no multimodal tokens") as raised:
         token_type_ids(out, processor)
     assert str(raised.value) == errors.no_token_types(processor)
+
+
+def test_a_processor_that_names_its_token_by_text_alone_is_typed_by_it():
+    """Janus's processor sets `image_token = "<|image_token|>"` and no id, so transformers'
+    `mm_token_type_ids` come back all zeros (`ProcessorMixin` types the ids a processor
+    lists). hf_bridge types the token it names, with transformers' image code; the plugin
+    had handed such a checkpoint to the in-tree backend, which cannot count its tokens."""
+    from PIL import Image
+
+    from hf_bridge.probes import named_token_ids, token_type_ids
+    from hf_bridge.zoo import shrink
+    from hf_bridge.zoo.build import build_tokenizer
+
+    spec = shrink.generic_spec("janus")
+    processor = spec.make_processor(build_tokenizer(spec.special_tokens, add_bos=False, extra_attributes=spec.tokenizer_attributes))
+    out = processor(text=["hi " + processor.image_token], images=[Image.new("RGB", (64, 48))], return_tensors="pt",
+                    return_mm_token_type_ids=True)
+    assert not out["mm_token_type_ids"].any()
+    image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    assert named_token_ids(processor) == {"image": image_id}
+    ids, types = out["input_ids"][0].tolist(), token_type_ids(out, processor)[0].tolist()
+    assert types == [int(i == image_id) for i in ids] and types.count(1) == processor.num_image_tokens
+    assert make_probe(processor).failures == {}
 
 
 @pytest.fixture(scope="module")

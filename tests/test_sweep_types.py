@@ -59,7 +59,10 @@ Nemotron-H-Omni (a type whose one class is its generation class, holding a whole
 `NemotronHForCausalLM` whose logits its forward returns, so `AutoModel` has nothing to
 build: `hf_classes.register_generation_class_alone`; Mamba layers on state slots; a
 Parakeet audio tower whose subsampling tells its `nn.Conv2d` layers apart by type,
-`kept_modules.layers_checked_by_type`; the in-tree backend cannot process its items).
+`kept_modules.layers_checked_by_type`; the in-tree backend cannot process its items) and
+Janus (a processor that names its image token by its text alone and lists no id, so
+transformers' token types come back all zeros: `probes.named_token_ids`; the in-tree
+backend cannot count its tokens).
 Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer and
@@ -118,6 +121,8 @@ CASES = {
     "minicpmv4_7": ["video"],
     # one class, a whole generation model inside; Mamba layers on state slots; Parakeet audio
     "nemotron_h_omni": ["one_image", "audio"],
+    # a processor that names its image token by its text alone, and lists no id
+    "janus": ["one_image"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}
