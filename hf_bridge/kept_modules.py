@@ -175,7 +175,8 @@ def layers_checked_by_type(root: torch.nn.Module) -> Iterator[Site]:
     (`isinstance(layer, nn.Conv2d)`), which vLLM's replacement would change: Parakeet's
     subsampling masks the padded frames after each `nn.Conv2d` it finds among its layers,
     and vLLM's `Conv2dLayer` is none, so Nemotron-H-Omni's audio rows were computed from
-    unmasked padding (relative difference 0.16). Read from each class's methods, once per class."""
+    unmasked padding (relative difference 0.16). Read from the code each class's forward
+    reaches, once per class."""
     checked: dict[type, tuple[type, ...]] = {}
     seen: set[int] = set()
     for module in root.modules():

@@ -314,10 +314,10 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
             self.config, self.text_config = own, own.get_text_config()
-        # judged on the config the model is built from, before anything is built
         if (alone := register_generation_class_alone(self.config)) is not None:
             logger.info("hf_bridge builds %s, transformers' one class for %s (it has no base model class)",
                         alone.__name__, self.config.model_type)
+        # judged on the config the model is built from, before anything is built
         if indexed := layers_with_indexed_attention(self.config):
             raise ValueError(errors.indexed_attention(indexed, self.config.model_type))
         if (carried := layers_with_carried_state(self.config)) and not getattr(type(self), "is_hybrid", False):

@@ -61,7 +61,7 @@ def run_to_hidden_states(text_model: torch.nn.Module, head_name: str, read_as_lo
         for name in HEAD_ONLY_ARGUMENTS:
             kwargs.pop(name, None)
         output = decoder(*args, **kwargs)
-        if read_as_logits:
+        if read_as_logits and isinstance(output, dict):  # a ModelOutput (a tuple where asked for one)
             output[LOGITS] = output[0]
         return output
 

@@ -188,9 +188,10 @@ def token_type_ids(out: Any, processor: Any):
 
     type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
     # `ProcessorMixin` types by the ids a processor lists: listing none (Janus), it returns zeros
-    typed_by_nothing = type_ids is not None and not _listed_token_ids(processor) and not np.asarray(type_ids).any()
-    if type_ids is None or typed_by_nothing:
-        type_ids = listed_token_types(out["input_ids"], processor) if named_token_ids(processor) or type_ids is None else type_ids
+    zeros_for_want_of_ids = (type_ids is not None and not _listed_token_ids(processor) and bool(named_token_ids(processor))
+                             and not np.asarray(type_ids).any())
+    if type_ids is None or zeros_for_want_of_ids:
+        type_ids = listed_token_types(out["input_ids"], processor)
     if type_ids is None:
         raise ProbeError(errors.no_token_types(processor))
     return type_ids
@@ -229,9 +230,9 @@ def listed_token_types(input_ids: Any, processor: Any):
 
 
 def named_token_ids(processor: Any) -> dict[str, int]:
-    """Per modality, the id of the token a processor names by its text alone
-    (`audio_token = "<|audio|>"`: Granite Speech, BLIP-2, Qwen2.5-Omni), where its
-    tokenizer holds that text as one token, and of another id per modality."""
+    """Per modality, the id of the token a processor names by its text alone (Janus's
+    `image_token = "<|image_token|>"`), where its tokenizer holds that text as one token;
+    none where two modalities would share an id."""
     tokenizer = getattr(processor, "tokenizer", None)
     vocabulary = tokenizer.get_vocab() if tokenizer is not None else {}
     named = {m: vocabulary.get(getattr(processor, f"{m}_token", None)) for m in MODALITIES}
