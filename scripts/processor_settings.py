@@ -94,6 +94,10 @@ SETTINGS = [
             per_request={"max_slice_nums": 1}),
     Setting("phi4_multimodal-4-crops-per-request", "phi4_multimodal", "up to 4 crops (dynamic HD 4, the default 36), per request",
             per_request={"dynamic_hd": 4}),
+    Setting("nemotron_h_omni-fewer-patches", "nemotron_h_omni", "256-1024 patches per image (the default 1024-13312)",
+            image_processor={"min_num_patches": 256, "max_num_patches": 1024}),
+    Setting("nemotron_h_omni-fewer-patches-per-request", "nemotron_h_omni", "at most 512 patches per image, per request",
+            per_request={"max_num_patches": 512}),
 ]
 
 
