@@ -234,9 +234,13 @@ def named_token_ids(processor: Any) -> dict[str, int]:
     `image_token = "<|image_token|>"`), where its tokenizer holds that text as one token;
     none where two modalities would share an id."""
     tokenizer = getattr(processor, "tokenizer", None)
-    vocabulary = tokenizer.get_vocab() if tokenizer is not None else {}
-    named = {m: vocabulary.get(getattr(processor, f"{m}_token", None)) for m in MODALITIES}
-    found = {m: i for m, i in named.items() if isinstance(i, int)}
+    found = {}
+    for modality in MODALITIES:
+        token = getattr(processor, f"{modality}_token", None)
+        token_id = tokenizer.convert_tokens_to_ids(token) if tokenizer is not None and isinstance(token, str) and token else None
+        # an unknown token maps to the unknown id, which maps back to another text
+        if isinstance(token_id, int) and tokenizer.convert_ids_to_tokens(token_id) == token:
+            found[modality] = token_id
     return found if len(set(found.values())) == len(found) else {}
 
 
