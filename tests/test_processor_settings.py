@@ -67,3 +67,29 @@ def test_a_saved_setting_the_model_reads_too_keeps_parity(tmp_path):
     counts = [parity.hf_inputs(AutoProcessor.from_pretrained(d), case)["input_ids"][0].tolist().count(image_token)
               for d in (build("llava"), tmp_path / setting.name)]
     assert counts[1] == counts[0] + 1, counts
+
+
+def test_a_request_kwarg_only_loading_reads_reaches_the_reference_as_vllm_applies_it(tmp_path):
+    """PerceptionLM's `max_num_tiles` per request: vLLM loads the processor with it (its call
+    does not declare it) and tiles from a table of 2; transformers' call alone would keep
+    the saved table of 4. The reference is called as vLLM loads, so both place the same
+    prompt and tiles."""
+    import dataclasses
+
+    from hf_bridge.inspect import inspect
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.checkpoint import init_only_kwargs, load_processor
+    from hf_bridge.zoo.shrink import build_sweep_model
+
+    model_dir = build_sweep_model("perception_lm", tmp_path / "perception_lm")
+    processor = load_processor(model_dir)
+    case = dataclasses.replace(parity.standard_cases(64)["one_image"], processor_kwargs='{"max_num_tiles": 2}')
+    assert init_only_kwargs(processor, case.mm_processor_kwargs) == {"max_num_tiles": 2}
+    reference = parity.hf_inputs(processor, case)
+    call_alone = processor(text=[parity.prompt_text(processor, case)], images=case.images, max_num_tiles=2, return_tensors="pt")
+    served = inspect(model_dir, parity.prompt_text(processor, case), images=case.images, mm_processor_kwargs=case.mm_processor_kwargs)
+    (item,) = served.items
+    assert reference["pixel_values"].shape[1] == item.data["image.pixel_values"].shape[1] == 3  # a thumbnail and 2 tiles
+    assert call_alone["pixel_values"].shape[1] == 5  # what the reference would be without the loading: the saved 4 tiles
+    assert reference["input_ids"][0].tolist() == served.view.prompt_ids
+    assert reference["input_ids"].shape[1] < call_alone["input_ids"].shape[1]

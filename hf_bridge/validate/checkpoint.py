@@ -4,6 +4,8 @@ config and processor loaded, running the checkpoint's own code where the user tr
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -63,10 +65,38 @@ def load_config(model_dir: str | Path):
     return AutoConfig.from_pretrained(model_dir, trust_remote_code=trusts_remote_code())
 
 
-def load_processor(model_dir: str | Path):
+def load_processor(model_dir: str | Path, **init_kwargs):
     from transformers import AutoProcessor
 
-    return AutoProcessor.from_pretrained(model_dir, trust_remote_code=trusts_remote_code())
+    return AutoProcessor.from_pretrained(model_dir, trust_remote_code=trusts_remote_code(), **init_kwargs)
+
+
+def processor_as_vllm_loads(processor, request_kwargs: dict):
+    """`processor` as vLLM loads it for a request's `mm_processor_kwargs`: the keys its
+    call does not declare load it too (vLLM's `cached_get_processor_without_dynamic_kwargs`).
+    A setting only its loading reads then takes effect in the reference as in the engine:
+    PerceptionLM's per-call `max_num_tiles` gates tiling, and the tile table it picks from
+    is sized by the loaded one."""
+    loaded_with = init_only_kwargs(processor, request_kwargs)
+    if not loaded_with:
+        return processor
+    return _processor_loaded_with(processor.tokenizer.name_or_path, json.dumps(loaded_with, sort_keys=True))
+
+
+def init_only_kwargs(processor, request_kwargs: dict) -> dict:
+    """The keys of `request_kwargs` that vLLM loads `processor` with: those its call's
+    kwargs (per modality) do not declare."""
+    if not request_kwargs:
+        return {}
+    from vllm.transformers_utils.processor import get_processor_kwargs_keys, get_processor_kwargs_type
+
+    declared = get_processor_kwargs_keys(get_processor_kwargs_type(processor))
+    return {key: value for key, value in request_kwargs.items() if key not in declared}
+
+
+@functools.lru_cache(maxsize=4)
+def _processor_loaded_with(model_dir: str, init_kwargs_json: str):
+    return load_processor(model_dir, **json.loads(init_kwargs_json))
 
 
 def refuse_untrusted_code(model_dir: str | Path, command: str) -> None:

@@ -28,6 +28,7 @@ from ..probes import (
     video_metadata_asked,
     without_asked_metadata,
 )
+from .checkpoint import processor_as_vllm_loads
 
 ATOL = 1e-3
 """Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
@@ -326,17 +327,19 @@ def items_alone(processor, case: Case, **extra):
     processor's output for a one-item prompt of that item), as a transformers user
     processes a prompt with that item only."""
     media = media_kwargs(processor, case)
+    as_loaded = processor_as_vllm_loads(processor, case.mm_processor_kwargs)
     for modality, count in case.media_counts.items():
         only = {f"num_{m}s": int(m == modality) for m in MEDIA_ARGUMENTS}
         one_item = dataclasses.replace(case, image_files=(), video_files=(), audio_files=(), **only)
         text = prompt_text(processor, one_item)
         for index in range(count):
             item = {key: [media[key][index]] for key in MEDIA_ARGUMENTS[modality] if key in media}
-            yield modality, _call_with(processor, text, item, {**case.mm_processor_kwargs, **extra})
+            yield modality, _call_with(as_loaded, text, item, {**case.mm_processor_kwargs, **extra})
 
 
 def _call(processor, text: str, case: Case, **extra):
-    return _call_with(processor, text, media_kwargs(processor, case), {**case.mm_processor_kwargs, **extra})
+    as_loaded = processor_as_vllm_loads(processor, case.mm_processor_kwargs)
+    return _call_with(as_loaded, text, media_kwargs(processor, case), {**case.mm_processor_kwargs, **extra})
 
 
 def _call_with(processor, text: str, media: dict[str, list], extra: dict[str, Any]):

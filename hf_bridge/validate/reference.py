@@ -118,7 +118,7 @@ def _harness_digest() -> str:
     import hashlib
     import inspect
 
-    from . import encoder, reference, transformers_side
+    from . import checkpoint, encoder, reference, transformers_side
 
-    source = "".join(inspect.getsource(module) for module in (parity, reference, encoder, transformers_side))
+    source = "".join(inspect.getsource(module) for module in (parity, reference, encoder, transformers_side, checkpoint))
     return hashlib.sha256(source.encode()).hexdigest()[:16]
