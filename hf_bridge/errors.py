@@ -105,6 +105,16 @@ def processor_kwargs_refused(exc: BaseException) -> str:
     )
 
 
+def audio_clip_cut(index: int, seconds: float, longest: float, processor: Any) -> str:
+    return (
+        f"Audio {index} of this request lasts {seconds:.1f} s, and {type(processor).__name__} keeps at most "
+        f"{longest:g} s of a clip (its feature extractor's length; transformers cuts the rest, and the "
+        f"model's audio encoder takes no more). Split the clip into pieces of at most {longest:g} s, one "
+        "audio each, or ask for the cut: `mm_processor_kwargs={'truncation': True}` keeps the first "
+        f"{longest:g} s, as transformers does."
+    )
+
+
 def kwargs_change_positions_only(modality: str, positions: int, plain_positions: int, processor: Any) -> str:
     return (
         f"This request's processor kwargs give its {modality} {positions} embedding position(s) "

@@ -18,6 +18,7 @@ and callers switch exactly those modalities off.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -72,15 +73,25 @@ def audio_sampling_rate(processor: Any) -> int:
 
 
 def longest_audio_seconds(processor: Any) -> float:
-    """The longest clip the feature extractor takes whole (Whisper-style `chunk_length`,
-    `n_samples`), where it says; else `AUDIO_SECONDS`."""
+    """The longest clip the feature extractor takes whole (`stated_audio_seconds`), where it
+    says; else `AUDIO_SECONDS`."""
+    stated = stated_audio_seconds(processor)
+    return AUDIO_SECONDS if stated is None else stated
+
+
+def stated_audio_seconds(processor: Any) -> float | None:
+    """The longest clip the feature extractor says it takes whole: Whisper-style `n_samples`
+    or `chunk_length`, or the `max_length` in samples its call cuts to by default (Gemma 3n's)."""
     extractor = audio_extractor(processor)
     rate = getattr(extractor, "sampling_rate", None)
     samples = getattr(extractor, "n_samples", None)
+    if not isinstance(samples, int) and extractor is not None:
+        max_length = inspect.signature(type(extractor).__call__).parameters.get("max_length")
+        samples = max_length.default if max_length is not None else None
     if isinstance(samples, int) and isinstance(rate, int) and rate > 0:
         return samples / rate
     chunk = getattr(extractor, "chunk_length", None)
-    return float(chunk) if isinstance(chunk, (int, float)) and chunk > 0 else AUDIO_SECONDS
+    return float(chunk) if isinstance(chunk, (int, float)) and chunk > 0 else None
 
 
 Call = Callable[[Mapping[str, object], Mapping[str, object]], Any]

@@ -43,10 +43,12 @@ from .probes import (
     HF_DATA_KEYS,
     ProbeError,
     ProcessorProbe,
+    audio_sampling_rate,
     frames_asked_for,
     kwargs_key,
     longest_audio_seconds,
     needs_video_metadata,
+    stated_audio_seconds,
 )
 from .side_features import has_side_features
 from .token_inputs import media_need_token_ids
@@ -344,6 +346,12 @@ _DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=
 """Set while vLLM builds a dummy request (per thread: its warm-up may run beside requests)."""
 
 
+def _clip_seconds(item: dict, sampling_rate: int) -> float:
+    """Length of a one-clip audio item (`ProcessorProbe.iter_items`), in seconds."""
+    (clip,) = item["audio"]
+    return len(clip) / sampling_rate
+
+
 def _capped(size: ImageSize) -> ImageSize:
     """Sides capped at `MAX_COUNTED_SIDE`: the size search probes a 10,000 px fallback,
     which only a processor that counts arithmetically can afford."""
@@ -454,7 +462,6 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             out, expansion = self.info.probes.probe(modality, item, hf_kwargs)
             if request_keys:
                 self._check_positions_follow_inputs(modality, item, out, expansion, plain_kwargs)
-            return out, expansion
         except placeholders.PlaceholderError as exc:
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
@@ -463,6 +470,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
+        if modality == "audio" and "truncation" not in request_keys:
+            self._check_clip_kept_whole(index, item, out, hf_kwargs)
+        return out, expansion
 
     def _check_positions_follow_inputs(self, modality: str, item: dict, out: BatchFeature, expansion,
                                        plain_kwargs: Mapping[str, object]) -> None:
@@ -477,6 +487,24 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         if plain_expansion.num_embeds != expansion.num_embeds and _same_model_inputs(plain_out, out):
             raise ProcessorKwargsRefused(errors.kwargs_change_positions_only(
                 modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
+
+    def _check_clip_kept_whole(self, index: int, item: dict, out: BatchFeature, hf_kwargs: Mapping[str, object]) -> None:
+        """Refuse a clip longer than the feature extractor takes whole (`longest_audio_seconds`)
+        where transformers' processor cuts it. vLLM calls the processor with
+        `truncation=False`, for the prompt's text; that reaches the feature extractor too,
+        which then hands the model more frames than its encoder takes (Qwen2-Audio's raises,
+        Gemma 3n's gives more rows than its placeholder holds, in the engine's worker, which
+        stops the engine). Cutting it as transformers does would drop the rest of the clip
+        silently; the request may ask for that (`truncation`)."""
+        processor = self.info.probes.processor
+        longest = stated_audio_seconds(processor)  # none stated (Parakeet takes any length): nothing to check
+        seconds = _clip_seconds(item, audio_sampling_rate(processor))
+        if longest is None or seconds <= longest or hf_kwargs.get("truncation") is not False:
+            return
+        default_kwargs = {k: v for k, v in hf_kwargs.items() if k != "truncation"}
+        default = self._probe_without_request_kwargs("audio", item, default_kwargs)
+        if default is not None and not _same_model_inputs(default[0], out):
+            raise ValueError(errors.audio_clip_cut(index, seconds, longest, self.info.get_hf_processor()))
 
     def _probe_without_request_kwargs(self, modality: str, item: dict, plain_kwargs: Mapping[str, object]):
         """The item's output and expansion without the request's processor kwargs

@@ -303,3 +303,19 @@ def test_a_processor_that_numbers_and_packs_its_items_is_learnt_so(zoo, generic)
     llava_probe = make_probe(llava)
     assert llava_probe.stacks_items_along_rows("image") is True
     assert llava_probe.number_window("image", 1, {}) is None
+
+
+@pytest.mark.parametrize(("extractor", "seconds"), [
+    ("WhisperFeatureExtractor", 30.0),  # its `n_samples`
+    ("Gemma3nAudioFeatureExtractor", 30.0),  # the `max_length` (samples) its call cuts to by default
+    ("ParakeetFeatureExtractor", 1.0),  # says nothing: a blank clip of `AUDIO_SECONDS`
+])
+def test_the_longest_clip_is_read_where_the_feature_extractor_says(extractor, seconds):
+    import types
+
+    import transformers
+
+    from hf_bridge.probes import longest_audio_seconds
+
+    processor = types.SimpleNamespace(feature_extractor=getattr(transformers, extractor)())
+    assert longest_audio_seconds(processor) == seconds

@@ -567,3 +567,33 @@ def test_items_a_chat_template_numbers_are_placed_by_the_modality_token(generic_
     assert parity.prompt_text(processor, case).count("Audio 2: ") == 1
     llm = engines.get(model_dir, limit_mm_per_prompt={"audio": 2})
     assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
+
+
+@pytest.mark.engine
+def test_a_clip_longer_than_the_processor_keeps_is_refused_or_cut_on_request(generic_checkpoints, engines, tmp_path):
+    """Qwen2-Audio's feature extractor keeps 30 s of a clip. vLLM calls the processor with
+    `truncation=False` (for the prompt's text), which reached the feature extractor too: a
+    40 s clip gave 4000 frames, and the encoder's "expects the mel input features to be of
+    length 3000" raised in the engine's worker, which then served nothing. Such a clip is
+    refused before it reaches the engine, naming the fix; the engine keeps serving; asked
+    for (`truncation`), the cut is transformers' own, at parity."""
+    from scipy.io import wavfile
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["qwen2_audio"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    clip = tmp_path / "forty_seconds.wav"
+    wavfile.write(clip, 16_000, parity.test_audio(seconds=40.0, seed=1))
+    long_clip = parity.Case.from_files("forty_seconds", "Transcribe the audio.", audios=[str(clip)])
+    llm = engines.get(model_dir, limit_mm_per_prompt={"audio": 1})
+    with pytest.raises(ValueError, match=re.escape(
+            "Audio 0 of this request lasts 40.0 s, and Qwen2AudioProcessor keeps at most 30 s of a clip") +
+            r".*`mm_processor_kwargs=\{'truncation': True\}` keeps the first 30 s"):
+        parity.vllm_result(llm, processor, long_clip)
+    short = parity.standard_cases(64)["audio"]
+    (reference,) = references(model_dir, [short])
+    assert parity.compare(reference, parity.vllm_result(llm, processor, short)) == []
+    cut = dataclasses.replace(long_clip, processor_kwargs='{"truncation": true}')
+    (reference,) = references(model_dir, [cut])
+    assert reference.prompt_ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == 750  # 30 s
+    assert parity.compare(reference, parity.vllm_result(llm, processor, cut)) == []
