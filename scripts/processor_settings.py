@@ -4,7 +4,7 @@ config), or given per request as vLLM's `mm_processor_kwargs`, every stage and c
 against transformers with the same setting, through hf_bridge and vLLM's in-tree
 Transformers backend.
 
-    .venv/bin/python scripts/processor_settings.py --out PROCESSOR_SETTINGS.md   # all (about 40 minutes)
+    .venv/bin/python scripts/processor_settings.py --out PROCESSOR_SETTINGS.md   # all (about 55 minutes)
     .venv/bin/python scripts/processor_settings.py --only gemma3-pan-and-scan --impls hf_bridge   # printed only
 """
 
@@ -98,6 +98,32 @@ SETTINGS = [
             image_processor={"min_num_patches": 256, "max_num_patches": 1024}),
     Setting("nemotron_h_omni-fewer-patches-per-request", "nemotron_h_omni", "at most 512 patches per image, per request",
             per_request={"max_num_patches": 512}),
+    Setting("perception_lm-vanilla", "perception_lm", "one tile per image, no thumbnail (`vanilla`)",
+            image_processor={"vision_input_type": "vanilla"}),
+    Setting("perception_lm-2-tiles-per-request", "perception_lm", "up to 2 tiles beside the thumbnail, per request",
+            per_request={"max_num_tiles": 2}),
+    Setting("llama4-4-patches", "llama4", "up to 4 tiles (the default 16)", image_processor={"max_patches": 4}),
+    Setting("llama4-max-canvas-per-request", "llama4", "images resized to the largest canvas of up to 4 tiles, per request",
+            per_request={"resize_to_max_canvas": True, "max_patches": 4}),
+    Setting("ernie4_5_vl_moe-fewer-pixels-per-request", "ernie4_5_vl_moe", "at most 50176 pixels per image, per request",
+            per_request={"size": {"shortest_edge": 3136, "longest_edge": 50176}}),
+    Setting("kimi_k25-fewer-patches-per-request", "kimi_k25", "at most 64 patches per image, per request",
+            per_request={"max_patches": 64}),
+    Setting("deepseek_ocr2-no-crops", "deepseek_ocr2", "no crops: the global view alone", image_processor={"crop_to_patches": False}),
+    Setting("minicpmv4_7-no-slices", "minicpmv4_7", "no slicing (`slice_mode` off), images and video", image_processor={"slice_mode": False},
+            video_processor={"slice_mode": False}),
+    Setting("glm46v-1-fps", "glm46v", "video frames sampled at 1 fps", video_processor={"fps": 1}),
+    Setting("granite4_vision-other-grid", "granite4_vision", "other resolutions, 1x3 and 3x1 tiles",
+            image_processor={"image_grid_pinpoints": [[224, 672], [672, 224], [448, 448]]},
+            config={"image_grid_pinpoints": [[224, 672], [672, 224], [448, 448]]}),
+    Setting("lighton_ocr-smaller-per-request", "lighton_ocr", "images up to 128 px, per request",
+            per_request={"size": {"longest_edge": 128}}),
+    Setting("step3p7-smaller-crops", "step3p7", "images larger than 1008 px cropped (the default 3024)",
+            image_processor={"max_image_size": 1008}),
+    Setting("exaone4_5-more-pixels", "exaone4_5", "at least 4x the default's smallest image",
+            image_processor={"size": {"shortest_edge": 12544, "longest_edge": 1003520}}),
+    Setting("llava_next_video-2-frames-per-request", "llava_next_video", "video sampled to 2 frames, per request",
+            per_request={"do_sample_frames": True, "num_frames": 2}),
 ]
 
 
