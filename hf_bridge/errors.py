@@ -43,8 +43,9 @@ def unprocessable_item(modality: str, index: int, exc: BaseException) -> str:
     reason = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
     return (
         f"{modality.capitalize()} {index} of this request could not be processed by the model's "
-        f"HF processor ({type(cause).__name__}: {reason}). Check that it is a valid, decodable "
-        f"{modality}."
+        f"HF processor ({type(cause).__name__}: {reason}). Send a {modality} the processor takes: "
+        f"change what its message names (a size, shape or aspect ratio), or check that the {modality} "
+        "is valid and decodable."
     )
 
 
