@@ -489,7 +489,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
 
     def _check_clip_kept_whole(self, index: int, item: dict, out: BatchFeature, hf_kwargs: Mapping[str, object]) -> None:
-        """Refuse a clip longer than the feature extractor takes whole (`longest_audio_seconds`)
+        """Refuse a clip longer than the feature extractor takes whole (`stated_audio_seconds`)
         where transformers' processor cuts it. vLLM calls the processor with
         `truncation=False`, for the prompt's text; that reaches the feature extractor too,
         which then hands the model more frames than its encoder takes (Qwen2-Audio's raises,
