@@ -69,7 +69,7 @@ def test_a_saved_setting_the_model_reads_too_keeps_parity(tmp_path):
     assert counts[1] == counts[0] + 1, counts
 
 
-def test_a_request_kwarg_only_loading_reads_reaches_the_reference_as_vllm_applies_it(tmp_path):
+def test_a_request_kwarg_only_loading_reads_reaches_the_reference_as_vllm_applies_it(generic):
     """PerceptionLM's `max_num_tiles` per request: vLLM loads the processor with it (its call
     does not declare it) and tiles from a table of 2; transformers' call alone would keep
     the saved table of 4. The reference is called as vLLM loads, so both place the same
@@ -79,9 +79,8 @@ def test_a_request_kwarg_only_loading_reads_reaches_the_reference_as_vllm_applie
     from hf_bridge.inspect import inspect
     from hf_bridge.validate import parity
     from hf_bridge.validate.checkpoint import init_only_kwargs, load_processor
-    from hf_bridge.zoo.shrink import build_sweep_model
 
-    model_dir = build_sweep_model("perception_lm", tmp_path / "perception_lm")
+    model_dir = generic("perception_lm")  # built in a subprocess: an engine earlier in this worker decorated HF classes
     processor = load_processor(model_dir)
     case = dataclasses.replace(parity.standard_cases(64)["one_image"], processor_kwargs='{"max_num_tiles": 2}')
     assert init_only_kwargs(processor, case.mm_processor_kwargs) == {"max_num_tiles": 2}
