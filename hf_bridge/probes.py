@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 from . import errors, frame, numbering, placeholders, text_step
@@ -86,12 +86,19 @@ def stated_audio_seconds(processor: Any) -> float | None:
     rate = getattr(extractor, "sampling_rate", None)
     samples = getattr(extractor, "n_samples", None)
     if not isinstance(samples, int) and extractor is not None:
-        max_length = inspect.signature(type(extractor).__call__).parameters.get("max_length")
-        samples = max_length.default if max_length is not None else None
+        samples = _default_max_length(type(extractor))
     if isinstance(samples, int) and isinstance(rate, int) and rate > 0:
         return samples / rate
     chunk = getattr(extractor, "chunk_length", None)
     return float(chunk) if isinstance(chunk, (int, float)) and chunk > 0 else None
+
+
+@cache
+def _default_max_length(extractor_type: type) -> object:
+    """The `max_length` default of the feature extractor's call (read once per class: each
+    audio item that misses the processor cache asks)."""
+    max_length = inspect.signature(extractor_type.__call__).parameters.get("max_length")
+    return max_length.default if max_length is not None else None
 
 
 Call = Callable[[Mapping[str, object], Mapping[str, object]], Any]

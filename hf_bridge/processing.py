@@ -470,7 +470,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
-        if modality == "audio" and "truncation" not in request_keys:
+        if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         return out, expansion
 
@@ -494,8 +494,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         `truncation=False`, for the prompt's text; that reaches the feature extractor too,
         which then hands the model more frames than its encoder takes (Qwen2-Audio's raises,
         Gemma 3n's gives more rows than its placeholder holds, in the engine's worker, which
-        stops the engine). Cutting it as transformers does would drop the rest of the clip
-        silently; the request may ask for that (`truncation`)."""
+        stops the engine), whether vLLM or the request asked for `truncation=False`. Cutting
+        it as transformers does would drop the rest of the clip silently; the request may
+        ask for that (`truncation=True`)."""
         processor = self.info.probes.processor
         longest = stated_audio_seconds(processor)  # none stated (Parakeet takes any length): nothing to check
         seconds = _clip_seconds(item, audio_sampling_rate(processor))

@@ -575,8 +575,9 @@ def test_a_clip_longer_than_the_processor_keeps_is_refused_or_cut_on_request(gen
     `truncation=False` (for the prompt's text), which reached the feature extractor too: a
     40 s clip gave 4000 frames, and the encoder's "expects the mel input features to be of
     length 3000" raised in the engine's worker, which then served nothing. Such a clip is
-    refused before it reaches the engine, naming the fix; the engine keeps serving; asked
-    for (`truncation`), the cut is transformers' own, at parity."""
+    refused before it reaches the engine, naming the fix, also where the request itself asks
+    for `truncation=False`; the engine keeps serving; asked for (`truncation=True`), the cut
+    is transformers' own, at parity."""
     from scipy.io import wavfile
     from transformers import AutoProcessor
 
@@ -586,10 +587,12 @@ def test_a_clip_longer_than_the_processor_keeps_is_refused_or_cut_on_request(gen
     wavfile.write(clip, 16_000, parity.test_audio(seconds=40.0, seed=1))
     long_clip = parity.Case.from_files("forty_seconds", "Transcribe the audio.", audios=[str(clip)])
     llm = engines.get(model_dir, limit_mm_per_prompt={"audio": 1})
-    with pytest.raises(ValueError, match=re.escape(
-            "Audio 0 of this request lasts 40.0 s, and Qwen2AudioProcessor keeps at most 30 s of a clip") +
-            r".*`mm_processor_kwargs=\{'truncation': True\}` keeps the first 30 s"):
-        parity.vllm_result(llm, processor, long_clip)
+    asked_whole = dataclasses.replace(long_clip, processor_kwargs='{"truncation": false}')
+    for case in (long_clip, asked_whole):  # vLLM's truncation=False, or the request's own
+        with pytest.raises(ValueError, match=re.escape(
+                "Audio 0 of this request lasts 40.0 s, and Qwen2AudioProcessor keeps at most 30 s of a clip") +
+                r".*`mm_processor_kwargs=\{'truncation': True\}` keeps the first 30 s"):
+            parity.vllm_result(llm, processor, case)
     short = parity.standard_cases(64)["audio"]
     (reference,) = references(model_dir, [short])
     assert parity.compare(reference, parity.vllm_result(llm, processor, short)) == []
