@@ -127,6 +127,20 @@ def kwargs_change_positions_only(modality: str, positions: int, plain_positions:
     )
 
 
+def kwargs_change_pixel_sides(modality: str, index: int, changed: Mapping[str, tuple[Any, Any]], processor: Any) -> str:
+    key, (sides, fixed) = next(iter(changed.items()))
+    got = "no longer an image layout" if sides is None else f"{sides[0]}x{sides[1]} pixels"
+    return (
+        f"This request's processor kwargs give {modality} {index} `{key}` of {got}, where "
+        f"{type(processor).__name__} gives every {modality} {fixed[0]}x{fixed[1]} without them: the "
+        f"model's vision encoder is built for that size (its position table, or its placeholder's "
+        "count of features), and another would stop the engine. Leave the size kwargs "
+        "(`do_resize`, `size`, `crop_size`, ...) out of the request's `mm_processor_kwargs`, or "
+        "set them for the engine (`LLM(mm_processor_kwargs=...)`), whose start-up runs the model "
+        "on them."
+    )
+
+
 def no_token_types(processor: Any) -> str:
     return (
         f"{type(processor).__name__} returns no `mm_token_type_ids` (nor `token_type_ids`) "

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Any
 
-from . import errors, frame, numbering, placeholders, text_step
+from . import errors, frame, numbering, pixel_sides, placeholders, text_step
 
 MODALITIES = ("image", "video", "audio")
 MODALITY_TYPE_IDS = {"image": 1, "video": 2, "audio": 3}
@@ -45,6 +45,10 @@ BLANK_SHAPES = {
 preference: the first one the processor accepts is used. A processor may refuse some
 (an image larger than it pads to, fewer frames than it samples); videos are also tried
 with as many frames as the video processor asks for (`frames_asked_for`)."""
+
+FIXED_SIDES_PROBE = (896, 448)
+"""(width, height) of the larger blank items, wide then tall, that the pixel sides a
+processor fixes are learnt with, beside its usual blank (`pixel_sides.py`)."""
 
 MAX_BLANK_FRAMES = 256
 """Blank videos hold at most this many frames: probes must stay cheap at engine start."""
@@ -319,6 +323,7 @@ class ProcessorProbe:
         self._cores: dict[tuple[str, str], tuple[int, ...]] = {}
         self._number_windows: dict[tuple[str, str, int], numbering.NumberWindow | None] = {}
         self._stacks_along_rows: dict[str, bool] = {}
+        self._fixed_sides: dict[tuple[str, str], dict[str, pixel_sides.Sides]] = {}
 
     # -- placeholders -------------------------------------------------------------------
 
@@ -449,6 +454,35 @@ class ProcessorProbe:
             if isinstance(one, torch.Tensor) and one.ndim and not _joined_as_stacked(two, torch.cat([one, one])):
                 return False
         return True
+
+    # -- pixel sides ------------------------------------------------------------------
+
+    def fixed_pixel_sides(self, modality: str, hf_kwargs: Mapping[str, object]) -> dict[str, pixel_sides.Sides]:
+        """The pixel sides the processor gives every item of `modality` under `hf_kwargs`,
+        by key (`pixel_sides.py`): learnt once per kwargs from its usual blank item and
+        larger ones, wide and tall; none where it takes fewer than two of them."""
+        key = (modality, kwargs_key(hf_kwargs))
+        if key not in self._fixed_sides:
+            self._fixed_sides[key] = self._learn_fixed_sides(modality, hf_kwargs)
+        return self._fixed_sides[key]
+
+    def _learn_fixed_sides(self, modality: str, hf_kwargs: Mapping[str, object]) -> dict[str, pixel_sides.Sides]:
+        if modality not in ("image", "video"):
+            return {}
+        shape = self.blank_shape(modality)
+        sizes = [(shape.width, shape.height),
+                 (max(FIXED_SIDES_PROBE[0], 2 * shape.width), max(FIXED_SIDES_PROBE[1], shape.height)),
+                 (max(FIXED_SIDES_PROBE[1], shape.width), max(FIXED_SIDES_PROBE[0], 2 * shape.height))]
+        outputs = []
+        for width, height in sizes:
+            try:
+                out, _ = self.probe(modality, self.blank(modality, width=width, height=height), hf_kwargs)
+            except Exception:  # noqa: BLE001 - a processor may refuse a size: the others tell
+                continue
+            outputs.append(pixel_sides.tensor_shapes(out))
+            if not pixel_sides.fixed_sides(outputs):  # no tensor laid out as images (flat patches), or sides that follow
+                return {}
+        return pixel_sides.fixed_sides(outputs) if len(outputs) > 1 else {}
 
     # -- numbered items ---------------------------------------------------------------
 

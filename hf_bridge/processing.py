@@ -35,7 +35,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, numbering, placeholders, split
+from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_sides, placeholders, split
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class
@@ -461,6 +461,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         try:
             out, expansion = self.info.probes.probe(modality, item, hf_kwargs)
             if request_keys:
+                self._check_pixel_sides_kept(modality, index, out, plain_kwargs)
                 self._check_positions_follow_inputs(modality, item, out, expansion, plain_kwargs)
         except placeholders.PlaceholderError as exc:
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
@@ -473,6 +474,15 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         return out, expansion
+
+    def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain_kwargs: Mapping[str, object]) -> None:
+        """Refuse processor kwargs that change the pixel sides the processor gives every
+        item without them (`pixel_sides.py`: LLaVA's `do_resize=False`): the vision encoder
+        takes that size alone, and raises on another in the engine's worker, which stops
+        the engine."""
+        fixed = self.info.probes.fixed_pixel_sides(modality, plain_kwargs)
+        if changed := pixel_sides.changed_sides(fixed, pixel_sides.tensor_shapes(out)):
+            raise ProcessorKwargsRefused(errors.kwargs_change_pixel_sides(modality, index, changed, self.info.get_hf_processor()))
 
     def _check_positions_follow_inputs(self, modality: str, item: dict, out: BatchFeature, expansion,
                                        plain_kwargs: Mapping[str, object]) -> None:

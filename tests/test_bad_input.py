@@ -28,6 +28,10 @@ def bad_input_results(zoo):
         # which raised in the worker and stopped the engine (EngineDeadError for every later request)
         ("kwargs_against_config", r"give its image 17 embedding position\(s\) where LlavaProcessor gives it 16 "
                                   r"without them.*must match the model's config"),
+        # CLIP's position table takes 56x56 alone: "Input image size (64*64) doesn't match model
+        # (56*56)" raised in the worker and stopped the engine
+        ("kwargs_change_pixel_sides", r"give image 0 `pixel_values` of 64x64 pixels, where LlavaProcessor gives every "
+                                      r"image 56x56 without them.*Leave the size kwargs"),
     ],
 )
 def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):

@@ -319,3 +319,21 @@ def test_the_longest_clip_is_read_where_the_feature_extractor_says(extractor, se
 
     processor = types.SimpleNamespace(feature_extractor=getattr(transformers, extractor)())
     assert longest_audio_seconds(processor) == seconds
+
+
+def test_the_pixel_sides_a_processor_gives_every_image_are_learnt_as_fixed(zoo):
+    """LLaVA resizes and crops every image to its CLIP's size: those sides are fixed, and
+    kwargs that change them are what a request is refused for (`pixel_sides.py`).
+    Qwen2-VL's patches are flat, and Pixtral's sides follow the image's aspect ratio:
+    nothing is fixed."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.pixel_sides import changed_sides, tensor_shapes
+
+    llava = make_probe(AutoProcessor.from_pretrained(zoo("llava")))
+    fixed = llava.fixed_pixel_sides("image", {})
+    assert fixed == {"pixel_values": (56, 56)}
+    unresized, _ = llava.probe("image", {"images": [parity.test_image(400, 300, 1)]}, {"do_resize": False, "do_center_crop": False})
+    assert changed_sides(fixed, tensor_shapes(unresized)) == {"pixel_values": ((300, 400), (56, 56))}
+    for model in ("qwen2_vl", "mistral3"):
+        assert make_probe(AutoProcessor.from_pretrained(zoo(model))).fixed_pixel_sides("image", {}) == {}, model

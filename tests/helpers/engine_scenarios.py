@@ -34,6 +34,7 @@ def bad_input(model_dir: str) -> None:
         "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
         "refused_processor_kwargs": {**good, "mm_processor_kwargs": {"size": {"foo": 3}}},
         "kwargs_against_config": {**good, "mm_processor_kwargs": {"vision_feature_select_strategy": "full"}},
+        "kwargs_change_pixel_sides": {**good, "mm_processor_kwargs": {"do_resize": False, "do_center_crop": False}},
     }
     (first,) = llm.generate([good], params, use_tqdm=False)
     emit(step="good_before", ok=True, tokens=list(first.outputs[0].token_ids))
