@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _PLURAL = {"image": "images", "video": "videos", "audio": "audios"}
+_ONE = {"image": "an image", "video": "a video", "audio": "an audio clip"}
 
 
 def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int) -> str:
@@ -38,14 +39,26 @@ def unsupported_modality(modality: str, supported: Mapping[str, Any], processor:
     )
 
 
-def unprocessable_item(modality: str, index: int, exc: BaseException) -> str:
+def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tuple[int, ...] = ()) -> str:
     cause = exc.__cause__ or exc
     reason = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
+    if modality == "audio" and len(shape) > 1:  # speech feature extractors take one channel
+        fix = f"it holds an array of shape {shape}: send the clip as mono samples (one dimension; average its channels)."
+    else:
+        fix = (f"change what its message names (a size, shape or aspect ratio), or check that the {modality} "
+               "is valid and decodable.")
     return (
         f"{modality.capitalize()} {index} of this request could not be processed by the model's "
-        f"HF processor ({type(cause).__name__}: {reason}). Send a {modality} the processor takes: "
-        f"change what its message names (a size, shape or aspect ratio), or check that the {modality} "
-        "is valid and decodable."
+        f"HF processor ({type(cause).__name__}: {reason}). Send {_ONE.get(modality, modality)} the processor "
+        f"takes: {fix}"
+    )
+
+
+def audio_clip_too_short(index: int, seconds: float, placed: float, processor: Any) -> str:
+    return (
+        f"Audio {index} of this request lasts {seconds:.4f} s, and {type(processor).__name__} gives it no "
+        "embedding position: too short a clip for the model to hear anything of. Send a longer clip "
+        f"(hf_bridge places a clip of {placed:g} s), or leave it out of the request."
     )
 
 

@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import BatchFeature
 from vllm.logger import init_logger
@@ -40,6 +41,7 @@ from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class
 from .probes import (
+    AUDIO_SECONDS,
     HF_DATA_KEYS,
     ProbeError,
     ProcessorProbe,
@@ -349,7 +351,7 @@ _DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=
 def _clip_seconds(item: dict, sampling_rate: int) -> float:
     """Length of a one-clip audio item (`ProcessorProbe.iter_items`), in seconds."""
     (clip,) = item["audio"]
-    return len(clip) / sampling_rate
+    return max(np.shape(clip), default=0) / sampling_rate  # a stereo clip's samples: its longer dimension
 
 
 def _capped(size: ImageSize) -> ImageSize:
@@ -464,13 +466,17 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 self._check_pixel_sides_kept(modality, index, out, plain_kwargs)
                 self._check_positions_follow_inputs(modality, item, out, expansion, plain_kwargs)
         except placeholders.PlaceholderError as exc:
+            if modality == "audio" and (seconds := _clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
+                # a blank clip of AUDIO_SECONDS was placed: this one is too short to get a position
+                raise ValueError(errors.audio_clip_too_short(index, seconds, AUDIO_SECONDS, self.info.get_hf_processor())) from exc
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
             raise
         except ValueError as exc:
             if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
-            raise ValueError(errors.unprocessable_item(modality, index, exc)) from exc
+            shape = tuple(np.shape(item["audio"][0])) if modality == "audio" else ()
+            raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         return out, expansion

@@ -600,3 +600,34 @@ def test_a_clip_longer_than_the_processor_keeps_is_refused_or_cut_on_request(gen
     (reference,) = references(model_dir, [cut])
     assert reference.prompt_ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == 750  # 30 s
     assert parity.compare(reference, parity.vllm_result(llm, processor, cut)) == []
+
+
+@pytest.mark.engine
+def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(generic_checkpoints, engines):
+    """A clip of 10 samples gets no audio position from Qwen2-Audio's processor (transformers'
+    neither): it was refused as if the processor "does not report `mm_token_type_ids`". A
+    stereo array is refused by the feature extractor with a broadcasting error; the message
+    now names the shape and the fix (mono samples). The engine keeps serving."""
+    import numpy as np
+    from transformers import AutoProcessor
+    from vllm import SamplingParams
+
+    model_dir = generic_checkpoints["qwen2_audio"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"audio": 1})
+    prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
+    rate = processor.feature_extractor.sampling_rate
+
+    def generate(clip):
+        (out,) = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, rate)}},
+                              SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+        return out.outputs[0].token_ids
+
+    one_second = parity.test_audio(seconds=1.0, seed=1)
+    served = generate(one_second)
+    with pytest.raises(ValueError, match=re.escape("Audio 0 of this request lasts 0.0006 s, and Qwen2AudioProcessor "
+                                                   "gives it no embedding position: too short a clip")):
+        generate(one_second[:10])
+    with pytest.raises(ValueError, match=re.escape("it holds an array of shape (2, 16000): send the clip as mono samples")):
+        generate(np.stack([one_second, one_second]))
+    assert generate(one_second) == served
