@@ -148,9 +148,9 @@ def kwargs_change_pixel_sides(modality: str, index: int, changed: Mapping[str, t
         f"{type(processor).__name__} gives every {modality} {fixed[0]}x{fixed[1]} without them: the "
         f"model's vision encoder is built for that size (its position table, or its placeholder's "
         "count of features), and another would stop the engine. Leave the size kwargs "
-        "(`do_resize`, `size`, `crop_size`, ...) out of the request's `mm_processor_kwargs`, or "
-        "set them for the engine (`LLM(mm_processor_kwargs=...)`), whose start-up runs the model "
-        "on them."
+        "(`do_resize`, `size`, `crop_size`, ...) out of the request's `mm_processor_kwargs`; for a "
+        "model whose encoder does take another size, set them for the engine instead "
+        "(`LLM(mm_processor_kwargs=...)`): requests are checked against the engine's sizes."
     )
 
 
