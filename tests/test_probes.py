@@ -321,7 +321,7 @@ def test_the_longest_clip_is_read_where_the_feature_extractor_says(extractor, se
     assert longest_audio_seconds(processor) == seconds
 
 
-def test_the_pixel_sides_a_processor_gives_every_image_are_learnt_as_fixed(zoo):
+def test_the_sides_a_processor_gives_every_image_are_learnt_as_fixed(zoo):
     """LLaVA resizes and crops every image to its CLIP's size: those sides are fixed, and
     kwargs that change them are what a request is refused for (`pixel_sides.py`).
     Qwen2-VL's patches are flat, and Pixtral's sides follow the image's aspect ratio:
