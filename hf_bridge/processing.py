@@ -463,8 +463,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         try:
             out, expansion = self.info.probes.probe(modality, item, hf_kwargs)
             if request_keys:
-                self._check_pixel_sides_kept(modality, index, out, plain_kwargs)
-                self._check_positions_follow_inputs(modality, item, out, expansion, plain_kwargs)
+                plain = self._probe_without_request_kwargs(modality, item, plain_kwargs)  # None: the item needs the kwargs
+                self._check_pixel_sides_kept(modality, index, out, plain, plain_kwargs)
+                self._check_positions_follow_inputs(modality, out, expansion, plain)
         except placeholders.PlaceholderError as exc:
             if modality == "audio" and (seconds := _clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
                 # a blank clip of AUDIO_SECONDS was placed: this one is too short to get a position
@@ -481,23 +482,28 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         return out, expansion
 
-    def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain_kwargs: Mapping[str, object]) -> None:
+    def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain,
+                                plain_kwargs: Mapping[str, object]) -> None:
         """Refuse processor kwargs that change the pixel sides the processor gives every
         item without them (`pixel_sides.py`: LLaVA's `do_resize=False`): the vision encoder
         takes that size alone, and raises on another in the engine's worker, which stops
-        the engine."""
+        the engine. Which sides are fixed is learnt only where the kwargs changed the
+        item's own (`plain`: its output and expansion without them)."""
+        shapes = pixel_sides.tensor_shapes(out)
+        if plain is not None and not pixel_sides.changed_sides(pixel_sides.fixed_sides([pixel_sides.tensor_shapes(plain[0])]), shapes):
+            return
         fixed = self.info.probes.fixed_pixel_sides(modality, plain_kwargs)
-        if changed := pixel_sides.changed_sides(fixed, pixel_sides.tensor_shapes(out)):
+        if changed := pixel_sides.changed_sides(fixed, shapes):
             raise ProcessorKwargsRefused(errors.kwargs_change_pixel_sides(modality, index, changed, self.info.get_hf_processor()))
 
-    def _check_positions_follow_inputs(self, modality: str, item: dict, out: BatchFeature, expansion,
-                                       plain_kwargs: Mapping[str, object]) -> None:
+    def _check_positions_follow_inputs(self, modality: str, out: BatchFeature, expansion, plain) -> None:
         """Refuse processor kwargs that change how many positions the processor gives the
         item but nothing the model encodes it from (LLaVA's `vision_feature_select_strategy`
         against its config's): the model would give the item's other count of rows, and
-        that mismatch raises in the engine's worker, where it stops the engine."""
-        plain = self._probe_without_request_kwargs(modality, item, plain_kwargs)
-        if plain is None:  # the item needs the kwargs: nothing to compare with
+        that mismatch raises in the engine's worker, where it stops the engine. `plain` is
+        the item's output and expansion without them; None where it needs them: nothing to
+        compare with."""
+        if plain is None:
             return
         plain_out, plain_expansion = plain
         if plain_expansion.num_embeds != expansion.num_embeds and _same_model_inputs(plain_out, out):
