@@ -324,6 +324,7 @@ class ProcessorProbe:
         self._number_windows: dict[tuple[str, str, int], numbering.NumberWindow | None] = {}
         self._stacks_along_rows: dict[str, bool] = {}
         self._fixed_sides: dict[tuple[str, str], dict[str, pixel_sides.Sides]] = {}
+        self._blank_lengths: dict[tuple, int] = {}
 
     # -- placeholders -------------------------------------------------------------------
 
@@ -557,6 +558,20 @@ class ProcessorProbe:
         shape = self.blank_shape(modality)
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
         return blank_items(self.processor, modality, count, shape, seconds)
+
+    def blank_placeholder_length(
+        self, modality: str, width: int | None = None, height: int | None = None,
+        frames: int | None = None, seconds: float = AUDIO_SECONDS,
+    ) -> int:
+        """Placeholder length of one blank item of these sides (a clip of these seconds),
+        under the default kwargs. Kept here, once per processor: vLLM builds a processing
+        info for each of its size searches, and a video model's searches at engine start
+        processed the same blank videos three times (18 s of Nemotron-H-Omni's 42 s)."""
+        key = (modality, width, height, frames, seconds)
+        if key not in self._blank_lengths:
+            item = self.blank(modality, 1, width, height, frames, seconds)
+            self._blank_lengths[key] = len(self.probe(modality, item, self.default_kwargs)[1])
+        return self._blank_lengths[key]
 
     def blank_shape(self, modality: str) -> BlankShape:
         if modality not in self._blank_shapes:

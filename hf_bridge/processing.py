@@ -112,11 +112,6 @@ class ProcessorKwargsRefused(ValueError):
 class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._counted: dict[tuple, int] = {}
-        """Placeholder lengths of blank items, by (modality, width, height, frames)."""
-
     @cached_property
     def _processor_class(self) -> type:
         return hf_processor_class(self.ctx.model_config.model, self.ctx.model_config.revision)
@@ -316,10 +311,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         except ValueError:
             named = 0
         seconds = longest_audio_seconds(self.probes.processor)
-        if ("audio", seconds) not in self._counted:
-            item = self.probes.blank("audio", 1, seconds=seconds)
-            self._counted[("audio", seconds)] = len(self.probes.probe("audio", item, self.probes.default_kwargs)[1])
-        return max(named, self._counted[("audio", seconds)])
+        return max(named, self.probes.blank_placeholder_length("audio", seconds=seconds))
 
     def _at_least_counted(self, modality: str, counted: int, size: ImageSize, num_frames: int = 1) -> int:
         """The processor's own count, raised to the placeholder of a blank item of `size`
@@ -337,11 +329,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
         """Placeholder length of one blank item of `size` (`_capped`), read off processed output."""
         size = _capped(size)
-        key = (modality, size.width, size.height, num_frames)
-        if key not in self._counted:
-            item = self.probes.blank(modality, 1, size.width, size.height, num_frames)
-            self._counted[key] = len(self.probes.probe(modality, item, self.probes.default_kwargs)[1])
-        return self._counted[key]
+        return self.probes.blank_placeholder_length(modality, size.width, size.height, num_frames)
 
 
 _DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=False)
