@@ -337,3 +337,28 @@ def test_the_sides_a_processor_gives_every_image_are_learnt_as_fixed(zoo):
     assert changed_sides(fixed, tensor_shapes(unresized)) == {"pixel_values": ((300, 400), (56, 56))}
     for model in ("qwen2_vl", "mistral3"):
         assert make_probe(AutoProcessor.from_pretrained(zoo(model))).fixed_pixel_sides("image", {}) == {}, model
+
+
+def test_a_blank_items_placeholder_length_is_the_processors_count_learnt_once(zoo):
+    """The engine's size searches read the placeholder length of blank items of many sizes
+    and frame counts, from a processing info vLLM builds anew for each search: the probe
+    keeps each length, so the processor runs once per shape, and the length is the one
+    transformers' own count gives, with the item's markers."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(zoo("qwen2_vl"))
+    calls = []
+    probe = ProcessorProbe(processor, processor.tokenizer, None,
+                           call=lambda data, kw: calls.append(1) or processor(**data, **kw, return_tensors="pt"))
+    for modality in ("image", "video"):
+        probe.frame(modality)  # learnt once, by calls of its own
+    counted, calls_per_round = {}, []
+    for _ in range(2):
+        before = len(calls)
+        counted["image"] = probe.blank_placeholder_length("image", 224, 112)
+        counted["video"] = probe.blank_placeholder_length("video", 112, 56, 4)
+        calls_per_round.append(len(calls) - before)
+    assert calls_per_round == [2, 0]
+    own = processor._get_num_multimodal_tokens(image_sizes=[[112, 224]], video_sizes=[[4, 56, 112]])
+    markers = 2  # <|vision_start|> and <|vision_end|>, which the placeholder holds and transformers' count leaves out
+    assert counted == {"image": own["num_image_tokens"][0] + markers, "video": own["num_video_tokens"][0] + markers}
