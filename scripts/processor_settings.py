@@ -124,6 +124,14 @@ SETTINGS = [
             image_processor={"size": {"shortest_edge": 12544, "longest_edge": 1003520}}),
     Setting("llava_next_video-2-frames-per-request", "llava_next_video", "video sampled to 2 frames, per request",
             per_request={"do_sample_frames": True, "num_frames": 2}),
+    Setting("fuyu-wider-canvas", "fuyu", "a 112x84 canvas (the zoo's 56x56): more patch rows and columns, padding patches",
+            image_processor={"size": {"height": 84, "width": 112}}),
+    Setting("fuyu-smaller-canvas-per-request", "fuyu", "a 56x28 canvas (the zoo's 56x56), per request: images shrunk to two patch rows",
+            per_request={"size": {"height": 28, "width": 56}}),
+    Setting("qwen3_5-more-pixels-per-request", "qwen3_5", "16384-65536 pixels per image and video, per request",
+            per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
+    Setting("gemma4_unified-fewer-soft-tokens-per-request", "gemma4_unified", "70 soft tokens per image (the default 280), per request",
+            per_request={"max_soft_tokens": 70}),
 ]
 
 
