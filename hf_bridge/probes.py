@@ -564,9 +564,9 @@ class ProcessorProbe:
         frames: int | None = None, seconds: float = AUDIO_SECONDS,
     ) -> int:
         """Placeholder length of one blank item of these sides (a clip of these seconds),
-        under the default kwargs. Kept here, once per processor: vLLM builds a processing
-        info for each of its size searches, and a video model's searches at engine start
-        processed the same blank videos three times (18 s of Nemotron-H-Omni's 42 s)."""
+        under the default kwargs. Kept here, once per processor: vLLM runs its size searches
+        three times at engine start, each on a processing info of its own, and a video
+        model processed the same blank videos three times (18 s of Nemotron-H-Omni's 42 s)."""
         key = (modality, width, height, frames, seconds)
         if key not in self._blank_lengths:
             item = self.blank(modality, 1, width, height, frames, seconds)

@@ -341,7 +341,7 @@ def test_the_sides_a_processor_gives_every_image_are_learnt_as_fixed(zoo):
 
 def test_a_blank_items_placeholder_length_is_the_processors_count_learnt_once(zoo):
     """The engine's size searches read the placeholder length of blank items of many sizes
-    and frame counts, from a processing info vLLM builds anew for each search: the probe
+    and frame counts, three times at engine start, each from a processing info of its own: the probe
     keeps each length, so the processor runs once per shape, and the length is the one
     transformers' own count gives, with the item's markers."""
     from transformers import AutoProcessor
