@@ -138,6 +138,11 @@ SETTINGS = [
     Setting("glm4v_moe-1-fps", "glm4v_moe", "video frames sampled at 1 fps", video_processor={"fps": 1}),
     Setting("qwen3_vl_moe-more-pixels-per-request", "qwen3_vl_moe", "16384-65536 pixels per image and video, per request",
             per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
+    Setting("hyperclovax_vision_v2-more-pixels-per-request", "hyperclovax_vision_v2",
+            "12544-50176 pixels per image and video, per request",
+            per_request={"size": {"shortest_edge": 12544, "longest_edge": 50176}}),
+    Setting("qwen3_5_moe-1-fps", "qwen3_5_moe", "video frames sampled at 1 fps: one temporal patch, its timestamps",
+            video_processor={"fps": 1, "min_frames": 2}),
 ]
 
 
