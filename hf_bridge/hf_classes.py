@@ -5,12 +5,16 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 REMOTE_CODE_PACKAGE = "transformers_modules"
 """Where transformers imports a checkpoint's own code from, once the user trusts it."""
 TRUSTED_CODE_MARK = "_hf_bridge_trusts_own_code"
 """Set on a config whose checkpoint's code the engine was told to trust (vLLM's
 `trust_remote_code`) although the config is transformers' own class, which records no trust."""
+SUB_CONFIG_SUFFIX = "_config"
+"""transformers' name for a sub-model's config: `thinker_config` configures `thinker`."""
 GENERATION_AUTO_CLASSES = ("AutoModelForImageTextToText", "AutoModelForMultimodalLM", "AutoModelForVision2Seq", "AutoModelForCausalLM")
 """The `auto_map` keys a checkpoint's own generation class may sit under, in the order
 hf_bridge prefers them (`AutoModelForVision2Seq` is transformers 4's name, still on the hub)."""
@@ -54,6 +58,62 @@ def register_generation_class_alone(config) -> type | None:
 
         AutoModel.register(type(config), cls, exist_ok=True)
     return cls
+
+
+class TextGenerationDelegate(NamedTuple):
+    """The model a whole model generates its text with (`text_generation_delegate`)."""
+
+    attribute: str
+    """Its name in the whole model, and the prefix of its checkpoint weights."""
+    config: Any
+
+
+def text_generation_delegate(config) -> TextGenerationDelegate | None:
+    """Where a model type's generation class has no forward of its own and hands text
+    generation to one of its models (Qwen2.5-Omni's and Qwen3-Omni-MoE's `thinker` writes
+    the text, which their `talker` speaks): that model, read from the config. It is the one
+    sub-config whose model type has a multimodal generation class, and the whole model
+    builds it under the sub-config's name (`thinker_config` builds `thinker`). None for any
+    other config."""
+    import torch
+
+    cls = multimodal_generation_class(getattr(config, "model_type", None))
+    if cls is None or cls.forward is not torch.nn.Module.forward:
+        return None
+    generating = [name for name in getattr(config, "sub_configs", {})
+                  if multimodal_generation_class(getattr(getattr(config, name, None), "model_type", None)) is not None]
+    if len(generating) != 1 or not generating[0].endswith(SUB_CONFIG_SUFFIX):
+        return None
+    return TextGenerationDelegate(generating[0].removesuffix(SUB_CONFIG_SUFFIX), getattr(config, generating[0]))
+
+
+def transformers_architecture(architecture: str, config) -> str:
+    """`architecture`, or where transformers has no class of that name and the checkpoint
+    brings no code of its own, its model type's multimodal generation class, the class
+    transformers loads it as (Qwen2.5-Omni's checkpoints name `Qwen2_5OmniModel`, which
+    transformers 5 does not have)."""
+    import transformers
+
+    if hasattr(transformers, architecture) or (getattr(config, "auto_map", None) or {}):
+        return architecture
+    cls = multimodal_generation_class(getattr(config, "model_type", None))
+    return architecture if cls is None else cls.__name__
+
+
+def generating_config(config):
+    """The config of the model that generates the text: `config`'s
+    `text_generation_delegate`'s, else `config` itself."""
+    delegate = text_generation_delegate(config)
+    return config if delegate is None else delegate.config
+
+
+def delegated_weights(weights: Iterable[tuple[str, Any]], prefix: str) -> Iterator[tuple[str, Any]]:
+    """A whole model's checkpoint weights under `prefix` (its `text_generation_delegate`'s
+    attribute and a dot), named as that model alone names them; the other models' are left
+    out, as vLLM serves none of them (Qwen2.5-Omni's talker and token2wav speak the text)."""
+    for name, tensor in weights:
+        if name.startswith(prefix):
+            yield name[len(prefix):], tensor
 
 
 def multimodal_generation_class(model_type: str | None):
@@ -152,13 +212,14 @@ def transformers_own_config(config, model_config):
 def config_built_from(model_config):
     """The config hf_bridge builds the HF model from (`HFBridgeBase._patch_config`):
     transformers' own where vLLM loaded the checkpoint's as a class of its own and
-    transformers' class reads it, else vLLM's. What the model holds (layers with a state,
-    experts) is judged on it."""
+    transformers' class reads it, else vLLM's; of a whole model that hands text generation
+    to one of its models, that model's (`text_generation_delegate`). What the model holds
+    (layers with a state, experts) is judged on it."""
     try:
         own = transformers_own_config(model_config.hf_config, model_config)
     except Exception:  # noqa: BLE001 - the model keeps vLLM's class, and says so when it builds
-        return model_config.hf_config
-    return model_config.hf_config if own is None else own
+        own = None
+    return generating_config(model_config.hf_config if own is None else own)
 
 
 def forward_reads(cls: type | None, argument: str) -> bool:

@@ -133,6 +133,8 @@ def build_checkpoint(spec: ZooSpec, directory: Path, stamp: dict, seed: int = 0,
         setattr(model.generation_config, token, getattr(tokenizer, token))
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
+    if spec.beside_weights is not None:
+        spec.beside_weights(directory)
     (directory / STAMP).write_text(json.dumps(stamp))
     return directory
 

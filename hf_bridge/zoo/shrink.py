@@ -22,11 +22,12 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
-from ..hf_classes import transformers_config_class
+from ..hf_classes import text_generation_delegate, transformers_config_class
 from ..kv_sharing import KV_SHARED_LAYERS
 from .specs import ZooSpec
 
@@ -96,6 +97,9 @@ class Override:
     text_settings: dict[str, Any] = field(default_factory=dict)
     """Text-config values its checkpoints hold where transformers' default differs, set
     before the shrink (LFM2-VL's short-convolution layers)."""
+    beside_weights: Callable[[Path], None] | None = None
+    """Writes the files its checkpoints hold beside the weights into the checkpoint
+    directory, where its class's `from_pretrained` reads them (`ZooSpec.beside_weights`)."""
 
 
 EMU3_CODEBOOK = 16
@@ -313,6 +317,40 @@ def _nemotron_h_omni(config, tokenizer) -> None:
     config.audio_config = audio
 
 
+QWEN_OMNI_MARKERS = {"vision_start": "vision_bos", "vision_end": "vision_eos", "audio_start": "audio_bos", "audio_end": "audio_eos"}
+"""The Qwen-Omni thinkers' config fields (`<field>_token_id`), which their M-RoPE reads, and
+the processor token each names (`<token>_token`): their checkpoints' thinker configs hold
+all four, their default configs some, at ids of the real vocabulary."""
+QWEN_OMNI_ITEMS = {"image": "{vision_bos_token}{image_token}{vision_eos_token}",
+                      "video": "{vision_bos_token}{video_token}{vision_eos_token}",
+                      "audio": "{audio_bos_token}{audio_token}{audio_eos_token}"}
+"""Each item between its modality's markers, as its checkpoints' chat template writes it."""
+
+
+def _mark_thinker_items(config, tokenizer) -> None:
+    thinker = config.thinker_config
+    for field_name, token in QWEN_OMNI_MARKERS.items():
+        setattr(thinker, f"{field_name}_token_id", tokenizer.convert_tokens_to_ids(getattr(tokenizer, f"{token}_token")))
+
+
+def _qwen3_omni_moe(config, tokenizer) -> None:
+    """Its talker's decoder builds a shared expert, and its talker reads the vision tower's
+    merge size, both of which its default config lacks (its checkpoints hold them): the
+    routed experts' width, and the thinker's tower's merge."""
+    talker = config.talker_config
+    talker.text_config.shared_expert_intermediate_size = talker.text_config.moe_intermediate_size
+    talker.spatial_merge_size = config.thinker_config.vision_config.spatial_merge_size
+    _mark_thinker_items(config, tokenizer)
+
+
+def _no_speakers(directory: Path) -> None:
+    """Its speaker file (`spk_dict.pt`), which its whole model's `from_pretrained` loads:
+    empty, as its thinker, which writes the text, reads no speaker."""
+    import torch
+
+    torch.save({}, directory / "spk_dict.pt")
+
+
 RECIPE_OVERRIDES: dict[str, Override] = {
     "aria": Override(sub_processors={"image_processor": dict(max_image_size=ARIA_IMAGE_SIDE)}, configure=_aria),
     "cohere_compass": Override(configure=_cohere_compass, chat_placeholders=VISION_MARKED_IMAGE),
@@ -352,6 +390,8 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "ovis2": Override(tokens=OVIS2_INDICATORS, configure=_ovis2, config_tokens={"image_token_id": "<IMG_ATOM>"},
                       sub_processors={"image_processor": dict(size={"height": 224, "width": 224})}),
     "phi4_multimodal": Override(configure=_phi4_multimodal),
+    "qwen3_omni_moe": Override(configure=_qwen3_omni_moe, chat_placeholders=QWEN_OMNI_ITEMS),
+    "qwen2_5_omni": Override(configure=_mark_thinker_items, chat_placeholders=QWEN_OMNI_ITEMS, beside_weights=_no_speakers),
     "lfm2_vl": Override(text_settings=LFM2_CONV_THEN_ATTENTION),
     "deepseek_ocr2": Override(configure=_deepseek_ocr2),
     "muse_glimmer": Override(configure=_muse_glimmer),
@@ -737,7 +777,10 @@ def make_config(model_type: str, text_settings: dict[str, Any] | None = None):
             # after: a config whose default RoPE has no sections refuses the key when rebuilt
             # (PaddleOCR-VL), though its model reads them
             text.rope_parameters["mrope_section"] = mrope_sections(text, default_sections)
-        for sub in sub_configs(config).values():
+        # a whole model's towers may sit in the model it generates text with (Qwen2.5-Omni's thinker)
+        delegate = text_generation_delegate(config)
+        generating = [config] if delegate is None else [config, delegate.config]
+        for sub in (sub for part in generating for sub in sub_configs(part).values()):
             for name in ("out_hidden_size", "projection_dim", "text_hidden_size", "output_dim"):
                 if hasattr(sub, name):
                     setattr(sub, name, text.hidden_size)
@@ -747,7 +790,8 @@ def make_config(model_type: str, text_settings: dict[str, Any] | None = None):
         if override is not None and override.configure is not None:
             override.configure(config, tokenizer)
         processor = make_processor(model_type)(tokenizer)
-        align_towers(config, processor)
+        for part in generating:
+            align_towers(part, processor)
         point_token_fields(config, processor, tokenizer)
         for name, token in (override.config_tokens if override is not None else {}).items():
             setattr(config, name, tokenizer.convert_tokens_to_ids(token))
@@ -898,6 +942,7 @@ def generic_spec(model_type: str, text_settings: dict[str, Any] | None = None) -
         tokenizer_attributes=attributes,
         servable=False,
         init_std=override.init_std,
+        beside_weights=override.beside_weights,
         notes=f"Generic shrink of {model_type}'s default config and processor (scripts/sweep.py).",
     )
 

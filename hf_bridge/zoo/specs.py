@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 TEXT = dict(
@@ -89,6 +90,9 @@ class ZooSpec:
     keep the init their parity was established with."""
     vocabulary_pieces: list[str] | None = None
     """Set for a SentencePiece-style tokenizer holding these as plain pieces (Fuyu)."""
+    beside_weights: Callable[[Path], None] | None = None
+    """Writes what the checkpoint holds beside its weights and processor, where its class's
+    `from_pretrained` reads it (Qwen2.5-Omni's speaker file)."""
 
     @property
     def has_video(self) -> bool:
