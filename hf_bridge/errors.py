@@ -417,3 +417,12 @@ def carried_states_of_several_layouts(model_type: str, layouts: set) -> str:
         f"of {len(layouts)} different shapes ({', '.join(sorted(str([e.shape for e in layout]) for layout in layouts))}); "
         f"vLLM's state slots for hf_bridge hold one shape. {NATIVE_OR_TRANSFORMERS}"
     )
+
+
+def renamed_architecture_read_as_pooling(architecture: str, loaded_as: str) -> str:
+    return (
+        f"The checkpoint names its architecture {architecture!r}, a class transformers does not have; "
+        f"transformers loads it as {loaded_as}, a generation model, but vLLM reads a name ending in "
+        f"'Model' as an embedding model. To generate, pass runner='generate' (`--runner generate`), or "
+        f"hf_overrides={{'architectures': ['{loaded_as}']}}."
+    )

@@ -28,6 +28,7 @@ vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
 from __future__ import annotations
 
 import inspect
+import re
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -68,10 +69,11 @@ from .head import HFLogitsHead
 from .kept_modules import (kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
                            norms_over_another_axis, torch_composites)
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
-from .nested_head import generation_head, run_to_hidden_states
+from .nested_head import decoder_of, generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
-from .mrope import PlacedItem, item_fields, mrope_positions
-from .hf_classes import forward_takes, generation_class_alone, register_generation_class_alone, transformers_own_config
+from .mrope import ROPE_INDEX_METHOD, Derivation, PlacedItem, derivations, item_fields, mrope_positions, names_handed_over
+from .hf_classes import (delegated_weights, forward_takes, generation_class_alone, multimodal_generation_class,
+                         register_generation_class_alone, text_generation_delegate, transformers_own_config)
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
@@ -233,8 +235,15 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             output[SIDE_INTERMEDIATE_KEY] = sent
         return output
 
+    delegate_prefix: str | None = None
+    """The checkpoint names' prefix of the model built, where it is one model of a whole
+    model (`hf_classes.text_generation_delegate`); set in `_patch_config`."""
+
     def load_weights(self, weights):
-        """A checkpoint in its model's original layout loads as in transformers."""
+        """A checkpoint in its model's original layout loads as in transformers; of a whole
+        model, only the weights of the model built."""
+        if self.delegate_prefix is not None:
+            weights = delegated_weights(weights, self.delegate_prefix)
         converted = transformers_layout(weights, self.config, self.model, loads_as_is=self._placed_by_vllm)
         return super().load_weights(self._vllm_layout(converted))
 
@@ -297,6 +306,16 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             module = child
         return False
 
+    def _create_hf_to_vllm_mapper(self):
+        """vLLM's mapper; a generation class built alone names its checkpoint's weights from
+        itself, `self.model`, whatever its children are called. vLLM's rules read a leading
+        `model.` as the base model's, which the class's own decoder child also is (Qwen2.5-Omni's
+        thinker keeps its text model as `model` beside its towers and head)."""
+        super()._create_hf_to_vllm_mapper()
+        if type(self.model) is generation_class_alone(self.config):
+            mapper = self.hf_to_vllm_mapper
+            mapper.orig_to_new_regex = {re.compile(r"^(.+)"): r"model.\1", **mapper.orig_to_new_regex}
+
     def _vllm_layout(self, weights):
         """Where vLLM's replacement layers store a tensor differently from the HF module."""
         return weights
@@ -314,6 +333,14 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             logger.info("hf_bridge builds %s from transformers' %s (vLLM loaded the config as %s.%s)",
                         self.config.model_type, type(own).__name__, type(self.config).__module__, type(self.config).__name__)
             self.config, self.text_config = own, own.get_text_config()
+        if (delegate := text_generation_delegate(self.config)) is not None:
+            logger.info("hf_bridge builds %s's %s, which writes its text (%s has no forward of its own); the other "
+                        "models' weights are left out", self.config.model_type, delegate.attribute,
+                        multimodal_generation_class(self.config.model_type).__name__)
+            self.config, self.text_config = delegate.config, delegate.config.get_text_config()
+            self.delegate_prefix = f"{delegate.attribute}."
+            # as a checkpoint of that model alone names it (vLLM's experts read the name)
+            self.config.architectures = self.config.architectures or [multimodal_generation_class(self.config.model_type).__name__]
         if (alone := register_generation_class_alone(self.config)) is not None:
             logger.info("hf_bridge builds %s, transformers' one class for %s (it has no base model class)",
                         alone.__name__, self.config.model_type)
@@ -419,10 +446,13 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         (`cpu_linear_inputs.py`). A text model with a generation head of its own runs to
         its hidden states first (`nested_head.py`), so its head is not replaced either."""
         text_model = getattr_iter(self.model, TEXT_MODEL_NAMES, None)
-        head_name = generation_head(text_model)
+        alone = type(self.model) is generation_class_alone(self.config)
+        # a generation class alone with no text model inside holds its decoder and head itself (Qwen2.5-Omni's thinker)
+        generating = self.model if text_model is None and alone else text_model
+        head_name = generation_head(generating)
         if head_name is not None:
-            logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(text_model).__name__)
-            run_to_hidden_states(text_model, head_name, read_as_logits=type(self.model) is generation_class_alone(self.config))
+            logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(generating).__name__)
+            run_to_hidden_states(generating, head_name, read_as_logits=alone and generating is not self.model)
         with self._towers_replicated(text_model):
             sharded = (self.model.tp_plan or {}).keys()
             kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
@@ -461,12 +491,15 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
 
     def get_language_model(self) -> torch.nn.Module:
         """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the
-        base model itself, with no `language_model` to point at."""
+        base model itself, with no `language_model` to point at; a generation class built
+        alone with its decoder and head beside its towers points at its decoder (Qwen3-Omni's
+        thinker: the decoder takes the side features)."""
         language_model = super().get_language_model()
         if language_model.model is None:
+            flat_generation = type(self.model) is generation_class_alone(self.config) and generation_head(self.model) is not None
             # a plain attribute: `model` is a class attribute there, which nn.Module's
             # __setattr__ would register beside instead of replacing
-            object.__setattr__(language_model, "model", self.model)
+            object.__setattr__(language_model, "model", decoder_of(self.model) if flat_generation else self.model)
         return language_model
 
     # -- multimodal embeddings ---------------------------------------------------------
@@ -533,14 +566,32 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
     def get_mrope_input_positions(
         self, input_tokens: list[int], mm_features: list[MultiModalFeatureSpec]
     ) -> tuple[torch.Tensor, int]:
-        get_rope_index = getattr(self.model, "get_rope_index", None)
-        fields = item_fields(get_rope_index) if get_rope_index is not None else ()
+        get_rope_index = getattr(self.model, ROPE_INDEX_METHOD, None)
+        handed, derived = self._rope_index_arguments
+        fields = item_fields(get_rope_index, handed) if get_rope_index is not None else ()
         items = []
         for feature in mm_features:
             data = feature.data or {}
             values = {key: field.data for key in fields if (field := data.get(DATA_KEY.format(feature.modality, key))) is not None}
-            items.append(PlacedItem(feature.mm_position.offset, data[TYPE_IDS_KEY.format(feature.modality)].data, values))
-        return mrope_positions(get_rope_index, input_tokens, items)
+            batched = {}
+            for name, derive in derived.items():
+                inputs = [data.get(DATA_KEY.format(feature.modality, key)) for key in derive.inputs]
+                if name not in values and all(inputs):
+                    # an item's fields are the processor's output for it alone (`processing._merge_items`)
+                    batched[name] = derive({key: elem.data for key, elem in zip(derive.inputs, inputs)})
+            items.append(PlacedItem(feature.mm_position.offset, data[TYPE_IDS_KEY.format(feature.modality)].data, values, batched))
+        return mrope_positions(get_rope_index, input_tokens, items, handed)
+
+    @cached_property
+    def _rope_index_arguments(self) -> tuple[dict[str, str], dict[str, Derivation]]:
+        """What the HF model's forward hands `get_rope_index` under other names than the
+        processor's fields (`mrope.names_handed_over`), and which of those it computes from
+        the fields (`mrope.derivations`)."""
+        get_rope_index = getattr(self.model, ROPE_INDEX_METHOD, None)
+        if get_rope_index is None:
+            return {}, {}
+        handed = names_handed_over(type(self.model), get_rope_index)
+        return handed, derivations(type(self.model), handed.values())
 
 
 class HFBridgeForConditionalGeneration(HFBridgeBase, CausalMixin):

@@ -7,32 +7,57 @@ per request, holding each item's fields apart: they are put back in prompt order
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 import torch
 
 from .embeds import GRID_FIELDS, POSITION_FIELDS
 from .features import accepted_kwargs
+from .hf_classes import method_source, method_tree
 
+ROPE_INDEX_METHOD = "get_rope_index"
+"""transformers' method computing a prompt's M-RoPE positions."""
 MROPE_AXES = 3
 """The rows of vLLM's M-RoPE positions (time, height, width)."""
 FROM_PROMPT = frozenset({"input_ids", "mm_token_type_ids", "attention_mask"})
 """What `get_rope_index` takes from the prompt, not from an item's fields."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class PlacedItem:
     """An item's place in the prompt, its tokens' types, and its processed fields."""
 
     offset: int
     type_ids: torch.Tensor
     fields: Mapping[str, object]
+    batched: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """Values already shaped as for a prompt of this item alone, joined to the other items'
+    as they are (what the forward derives from the fields, `Derivation`)."""
 
 
-def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items: Iterable[PlacedItem]) -> tuple[torch.Tensor, int]:
-    """(positions (3, tokens), delta) for a prompt whose items are `items`, in prompt order.
+@dataclasses.dataclass(frozen=True)
+class Derivation:
+    """A value a model's forward computes from its own arguments, the processor's fields,
+    before handing it to `get_rope_index` (Qwen2.5-Omni's `audio_feature_lengths =
+    torch.sum(feature_attention_mask, dim=1)`): its expression, as the forward writes it."""
+
+    expression: str
+    inputs: tuple[str, ...]
+
+    def __call__(self, batched: Mapping[str, object]) -> object:
+        """Its value for one item, from the processor's fields for that item alone."""
+        namespace = {name: batched[name] for name in self.inputs}
+        return eval(compile(self.expression, "<forward>", "eval"), {"torch": torch}, namespace)  # noqa: S307 - the model's own code
+
+
+def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items: Iterable[PlacedItem],
+                    handed: Mapping[str, str] | None = None) -> tuple[torch.Tensor, int]:
+    """(positions (3, tokens), delta) for a prompt whose items are `items`, in prompt order;
+    `handed`: the method's parameters the model's forward fills from fields of another name
+    (`names_handed_over`).
 
     A model whose text config asks for M-RoPE but whose base model has no `get_rope_index`
     (MiniCPM-V 4.6 on a Qwen3.5 text model) is given the text positions on every axis, as
@@ -40,7 +65,8 @@ def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items
     if get_rope_index is None:
         return torch.arange(len(input_ids)).expand(MROPE_AXES, -1), 0
     type_ids = torch.zeros(len(input_ids), dtype=torch.long)
-    fields = item_fields(get_rope_index)
+    handed = dict(handed or {})
+    fields = item_fields(get_rope_index, handed)
     rows: dict[str, list[torch.Tensor]] = {}
     for item in items:
         type_ids[item.offset : item.offset + len(item.type_ids)] = item.type_ids
@@ -50,17 +76,62 @@ def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items
                 # a size row per item; another named field (MiniCPM-V 4.7's `target_sizes`) keeps its rows too
                 as_rows = key in GRID_FIELDS or (key not in POSITION_FIELDS and value.ndim > 0)
                 rows.setdefault(key, []).append(value.reshape(-1, value.shape[-1]) if as_rows else value.reshape(-1))
+        for key, value in item.batched.items():
+            rows.setdefault(key, []).append(value)
     kwargs: dict[str, object] = {key: torch.cat(values) for key, values in rows.items()}
+    for parameter, field in handed.items():
+        if field in kwargs:
+            kwargs[parameter] = kwargs.pop(field)
     kwargs["mm_token_type_ids"] = type_ids[None]
+    # one whole prompt, as transformers' generate hands it over (Qwen2.5-Omni's text positions need it)
+    kwargs["attention_mask"] = torch.ones(1, len(input_ids), dtype=torch.long)
     accepted = accepted_kwargs(get_rope_index)
     kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
     positions, delta = get_rope_index(input_ids=torch.tensor(input_ids)[None], **kwargs)
     return positions[:, 0], int(delta[0])
 
 
-def item_fields(get_rope_index: Callable) -> tuple[str, ...]:
+def item_fields(get_rope_index: Callable, handed: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The item fields positions are computed from: `POSITION_FIELDS`, and any other the
-    method names."""
+    method names, or the model's forward hands it under another name (`handed`)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     named = [n for n, p in inspect.signature(get_rope_index).parameters.items() if p.kind in kinds and n not in FROM_PROMPT]
-    return tuple(dict.fromkeys((*POSITION_FIELDS, *named)))
+    return tuple(dict.fromkeys((*POSITION_FIELDS, *named, *(handed or {}).values())))
+
+
+def names_handed_over(model_class: type, get_rope_index: Callable) -> dict[str, str]:
+    """{`get_rope_index` parameter: the name of its caller's own argument it is called
+    with}, where the two differ, read from the source of the class's methods that call it
+    (a caller's arguments carry the forward's names, which are the processor's fields):
+    Qwen2.5-Omni's thinker hands its `video_second_per_grid` over as `second_per_grids`."""
+    parameters = [name for name in inspect.signature(get_rope_index).parameters if name != "self"]  # bound or not
+    handed = {}
+    for name, method in inspect.getmembers(model_class, inspect.isfunction):
+        source = method_source(model_class, name) if name != ROPE_INDEX_METHOD else None
+        if source is None or f".{ROPE_INDEX_METHOD}(" not in source:
+            continue
+        tree = method_tree(model_class, name)
+        caller_arguments = set(inspect.signature(method).parameters)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == ROPE_INDEX_METHOD:
+                pairs = [*zip(parameters, node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
+                handed.update({parameter: value.id for parameter, value in pairs
+                               if isinstance(value, ast.Name) and value.id != parameter and value.id in caller_arguments
+                               and parameter not in FROM_PROMPT})
+    return handed
+
+
+def derivations(model_class: type, names: Iterable[str]) -> dict[str, Derivation]:
+    """For each of `names` (`names_handed_over`'s) that the class's forward assigns from its
+    own arguments alone (and torch), that assignment."""
+    tree = method_tree(model_class)
+    arguments = set(inspect.signature(model_class.forward).parameters)
+    wanted, found = set(names), {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        target = node.targets[0].id
+        inputs = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)} - {"torch"}
+        if target in wanted and target not in found and inputs and inputs <= arguments and target not in inputs:
+            found[target] = Derivation(ast.unparse(node.value), tuple(sorted(inputs)))
+    return found

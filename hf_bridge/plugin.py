@@ -124,10 +124,25 @@ def _route_transformers_backend(registry) -> None:
     def resolve_transformers(architecture, model_config):
         if architecture in OWN_CLASSES:  # asked again for the class it resolved to (vLLM's hybrid-model setup)
             return architecture
-        return route(resolve(architecture, model_config), model_config)
+        from .hf_classes import transformers_architecture
+
+        loaded_as = transformers_architecture(architecture, model_config.hf_config)
+        if loaded_as != architecture and model_config.runner == "auto" and _runner_by_name(architecture) == "pooling":
+            from .errors import renamed_architecture_read_as_pooling
+
+            raise ValueError(renamed_architecture_read_as_pooling(architecture, loaded_as))
+        return route(resolve(loaded_as, model_config), model_config)
 
     resolve_transformers.hf_bridge = True  # type: ignore[attr-defined]
     registry._try_resolve_transformers = resolve_transformers
+
+
+def _runner_by_name(architecture: str) -> str | None:
+    """The runner vLLM gives `architecture` by its name's suffix (`...Model`: pooling)."""
+    from vllm.config.model import try_match_architecture_defaults
+
+    defaults = try_match_architecture_defaults(architecture)
+    return defaults[1][0] if defaults else None
 
 
 def _register_config_updates() -> None:
@@ -223,6 +238,7 @@ _PLACEMENT: dict[tuple[str, str | None], dict[str, str] | None] = {}
 def _probe_placement(model_config) -> dict[str, str] | None:
     from vllm.transformers_utils.processor import get_processor
 
+    from .hf_classes import generating_config
     from .probes import ProcessorProbe
     from .processing import hf_processor_class
 
@@ -237,7 +253,7 @@ def _probe_placement(model_config) -> dict[str, str] | None:
     if tokenizer is None:
         return {"processor": f"{type(processor).__name__} has no tokenizer"}
     call = lambda data, kw: processor(**data, **kw, return_tensors="pt")  # noqa: E731
-    probe = ProcessorProbe(processor, tokenizer, model_config.hf_config, call=call)
+    probe = ProcessorProbe(processor, tokenizer, generating_config(model_config.hf_config), call=call)
     if probe.placeable():
         return None
     return probe.failures or {"processor": f"{type(processor).__name__} has no image, video or audio processor"}

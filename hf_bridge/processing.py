@@ -39,7 +39,7 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUp
 from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_sides, placeholders, split
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
-from .hf_classes import base_model_class
+from .hf_classes import base_model_class, generating_config
 from .probes import (
     AUDIO_SECONDS,
     HF_DATA_KEYS,
@@ -115,6 +115,11 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     @cached_property
     def _processor_class(self) -> type:
         return hf_processor_class(self.ctx.model_config.model, self.ctx.model_config.revision)
+
+    def get_hf_config(self):
+        """The config of the model hf_bridge builds to generate text
+        (`hf_classes.generating_config`): a whole model's thinker's, where it has one."""
+        return generating_config(super().get_hf_config())
 
     def get_hf_processor(self, **kwargs: object):
         """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`).

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_bridge.mrope import MROPE_AXES, PlacedItem, item_fields, mrope_positions
+from hf_bridge.mrope import MROPE_AXES, Derivation, PlacedItem, derivations, item_fields, mrope_positions, names_handed_over
 
 
 def test_without_get_rope_index_every_axis_holds_the_text_positions():
@@ -59,3 +59,47 @@ def test_each_items_rows_reach_the_method_in_prompt_order(items):
     for item in placed:
         expected[item.offset:item.offset + len(item.type_ids)] = 1
     assert torch.equal(seen["types"][0], expected)
+
+
+def test_fields_the_forward_hands_over_under_another_name_reach_the_method_by_its_name():
+    """Qwen2.5-Omni's thinker calls `get_rope_index(..., audio_feature_lengths,
+    video_second_per_grid)` positionally, for its `audio_seqlens` and `second_per_grids`:
+    the processor's `video_second_per_grid` must reach the method as `second_per_grids`."""
+    from transformers import Qwen2_5OmniThinkerForConditionalGeneration, Qwen2VLModel
+
+    thinker = Qwen2_5OmniThinkerForConditionalGeneration
+    handed = names_handed_over(thinker, thinker.get_rope_index)
+    assert handed == {"audio_seqlens": "audio_feature_lengths", "second_per_grids": "video_second_per_grid"}
+    assert names_handed_over(Qwen2VLModel, Qwen2VLModel.get_rope_index) == {}
+    seen = {}
+
+    def get_rope_index(input_ids, video_grid_thw=None, attention_mask=None, second_per_grids=None):
+        seen.update(times=second_per_grids, mask=attention_mask)
+        return torch.zeros(MROPE_AXES, 1, input_ids.shape[1], dtype=torch.long), torch.zeros(1, 1)
+
+    fields = {"video_grid_thw": torch.tensor([2, 4, 4]), "video_second_per_grid": torch.tensor([1.5])}
+    mrope_positions(get_rope_index, list(range(6)), [PlacedItem(1, torch.full((4,), 2), fields)], handed)
+    assert seen["times"].tolist() == [[1.5]]
+    # the whole prompt attended, as transformers' generate hands it over
+    assert seen["mask"].tolist() == [[1] * 6]
+
+
+def test_what_the_forward_derives_from_the_fields_is_derived_per_item_and_joined_as_it_is():
+    """Its `audio_seqlens` is `audio_feature_lengths`, which its forward computes as
+    `torch.sum(feature_attention_mask, dim=1)`: per item from the processor's mask for that
+    item alone, then joined to one entry per audio, as for the whole prompt."""
+    from transformers import Qwen2_5OmniThinkerForConditionalGeneration as Thinker
+
+    derived = derivations(Thinker, names_handed_over(Thinker, Thinker.get_rope_index).values())
+    assert derived == {"audio_feature_lengths": Derivation("torch.sum(feature_attention_mask, dim=1)", ("feature_attention_mask",))}
+    masks = [torch.tensor([[1, 1, 1, 0]]), torch.tensor([[1, 1, 0, 0, 0]])]
+    seen = {}
+
+    def get_rope_index(input_ids, attention_mask=None, audio_seqlens=None):
+        seen.update(lengths=audio_seqlens)
+        return torch.zeros(MROPE_AXES, 1, input_ids.shape[1], dtype=torch.long), torch.zeros(1, 1)
+
+    items = [PlacedItem(2 * i, torch.full((2,), 3), {}, {"audio_feature_lengths": derived["audio_feature_lengths"](
+        {"feature_attention_mask": mask})}) for i, mask in enumerate(masks)]
+    mrope_positions(get_rope_index, list(range(4)), items, {"audio_seqlens": "audio_feature_lengths"})
+    assert seen["lengths"].tolist() == [3, 2]

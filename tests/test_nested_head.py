@@ -1,14 +1,16 @@
 """`nested_head.py` without vLLM: a text model that is a whole generation model (Llama 4's
 `Llama4ForCausalLM`) runs to its decoder's hidden states, for vLLM's head to take; and a
 model type whose one class is such a generation class (Nemotron-H-Omni's) is built by
-`AutoModel` (`hf_classes.register_generation_class_alone`)."""
+`AutoModel` (`hf_classes.register_generation_class_alone`); a whole model with no forward
+of its own generates with its one multimodal model (`hf_classes.text_generation_delegate`)."""
 
 from __future__ import annotations
 
 import torch
 from transformers import Llama4TextConfig, Llama4ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 
-from hf_bridge.hf_classes import base_model_class, generation_class_alone, register_generation_class_alone
+from hf_bridge.hf_classes import (base_model_class, delegated_weights, generating_config, generation_class_alone,
+                                 register_generation_class_alone, text_generation_delegate)
 from hf_bridge.nested_head import bare_decoder, generation_head, run_to_hidden_states
 
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -70,3 +72,22 @@ def test_a_type_whose_one_class_is_a_generation_class_is_built_by_automodel():
     # a type with a base model class keeps it, and nothing is registered for it
     assert generation_class_alone(LlavaConfig()) is None and base_model_class(LlavaConfig()) is LlavaModel
     assert register_generation_class_alone(LlavaConfig()) is None
+
+
+def test_a_whole_model_without_a_forward_generates_text_with_its_one_multimodal_model():
+    """Qwen2.5-Omni's and Qwen3-Omni-MoE's classes have no forward: their `thinker` writes the
+    text, their `talker` speaks it. hf_bridge builds the thinker, from its sub-config, and
+    loads only the checkpoint weights under its name."""
+    from transformers import (LlavaConfig, NemotronH_Omni_Reasoning_V3_Config, Qwen2_5OmniConfig,
+                              Qwen2_5OmniThinkerConfig, Qwen3OmniMoeConfig, Qwen3OmniMoeThinkerConfig)
+
+    for config, thinker in ((Qwen2_5OmniConfig(), Qwen2_5OmniThinkerConfig), (Qwen3OmniMoeConfig(), Qwen3OmniMoeThinkerConfig)):
+        delegate = text_generation_delegate(config)
+        assert delegate.attribute == "thinker" and delegate.config is config.thinker_config
+        assert type(generating_config(config)) is thinker
+    # a class with a forward of its own generates itself, with a sub-config that is a whole model or not
+    for config in (LlavaConfig(), NemotronH_Omni_Reasoning_V3_Config()):
+        assert text_generation_delegate(config) is None and generating_config(config) is config
+    weights = [("thinker.model.embed_tokens.weight", 1), ("talker.model.norm.weight", 2), ("token2wav.code_embedding.weight", 3),
+               ("thinker.lm_head.weight", 4)]
+    assert list(delegated_weights(weights, "thinker.")) == [("model.embed_tokens.weight", 1), ("lm_head.weight", 4)]

@@ -88,6 +88,25 @@ def test_checkpoint_hf_bridge_cannot_place_goes_to_the_in_tree_backend(zoo, gene
     assert "served by vLLM's in-tree Transformers backend (HFBridgeInTreeTransformersMultiModalForCausalLM)" in done.stderr + done.stdout
 
 
+def test_an_architecture_transformers_no_longer_has_resolves_as_the_class_it_loads(generic, tmp_path):
+    """Qwen2.5-Omni's checkpoints name `Qwen2_5OmniModel`, which transformers 5 does not
+    have (it loads them as `Qwen2_5OmniForConditionalGeneration`): vLLM could not find the
+    class. It resolves as the class transformers loads; where vLLM would read the name as
+    an embedding model's, the user is told how to generate."""
+    import shutil
+
+    hub = tmp_path / "qwen2_5_omni-hub"
+    shutil.copytree(generic("qwen2_5_omni"), hub)
+    config = json.loads((hub / "config.json").read_text())
+    (hub / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen2_5OmniModel"]}))
+    auto = resolved_classes(hub, HF_BRIDGE_DISABLE="0")["checkpoints"][str(hub)]
+    assert auto.startswith("error: ") and (
+        "names its architecture 'Qwen2_5OmniModel', a class transformers does not have; transformers loads it as "
+        "Qwen2_5OmniForConditionalGeneration, a generation model") in auto and "runner='generate'" in auto
+    generating = resolved_classes(hub, HF_BRIDGE_DISABLE="0", PROBE_RUNNER="generate")["checkpoints"]
+    assert generating == {str(hub): "HFBridgeForConditionalGeneration"}
+
+
 def test_vllm_attention_function_is_vllm_own():
     """hf_bridge reuses the "vllm" attention implementation; it never replaces it. Importing
     hf_bridge registers nothing (checked in a fresh interpreter: an engine built earlier in

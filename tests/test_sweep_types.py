@@ -62,11 +62,16 @@ Parakeet audio tower whose subsampling tells its `nn.Conv2d` layers apart by typ
 `kept_modules.layers_checked_by_type`; the in-tree backend cannot process its items) and
 Janus (a processor that names its image token by its text alone and lists no id, so
 transformers' token types come back all zeros: `probes.named_token_ids`; the in-tree
-backend cannot count its tokens).
+backend cannot count its tokens) and Qwen3-Omni-MoE (a whole model whose class has no
+forward: its `thinker`, a generation class with its decoder and head beside its towers,
+writes the text, `hf_classes.text_generation_delegate`; deepstack features on that
+decoder; its forward hands the processor's `video_second_per_grid` to `get_rope_index` as
+`second_per_grids`, `mrope.names_handed_over`; the in-tree backend cannot start it).
 Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
-Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer and
-Nemotron-H-Omni add what their default configs lack, as their checkpoints have it).
+Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer,
+Nemotron-H-Omni and Qwen3-Omni-MoE add what their default configs lack, as their
+checkpoints have it).
 
 Named to run after `test_model_layers`: an engine decorates the HF classes it serves
 in place (Cohere2's among them), and that module builds plain HF heads in-process.
@@ -123,6 +128,9 @@ CASES = {
     "nemotron_h_omni": ["one_image", "audio"],
     # a processor that names its image token by its text alone, and lists no id
     "janus": ["one_image"],
+    # a whole model with no forward, whose thinker writes the text: deepstack on the thinker's
+    # decoder, experts, and a video's time per grid handed to M-RoPE under another name
+    "qwen3_omni_moe": ["video"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}
@@ -631,3 +639,22 @@ def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(gener
     with pytest.raises(ValueError, match=re.escape("it holds an array of shape (2, 16000): send the clip as mono samples")):
         generate(np.stack([one_second, one_second]))
     assert generate(one_second) == served
+
+
+@pytest.mark.engine
+def test_audio_beside_an_image_is_placed_by_the_length_its_forward_derives(generic, engines):
+    """Qwen2.5-Omni's M-RoPE places an audio's tokens by the audio's feature length, which
+    its forward computes from the processor's `feature_attention_mask` before handing it to
+    `get_rope_index` as `audio_seqlens` (`mrope.derivations`); without it, a prompt with an
+    audio beside an image stopped the engine. Seed 1: the sweep's (seed 0 is unfit in one
+    of its cases)."""
+    from transformers import AutoProcessor
+
+    model_dir = generic("qwen2_5_omni", 1)
+    case = parity.Case("image_and_audio", 64, num_images=1, num_audios=1, text="Describe both.")
+    cache_references(model_dir, [case], ("float32", "float64"))
+    (reference,) = references(model_dir, [case])
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    assert_well_conditioned(model_dir, case, reference)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1, "audio": 1})
+    assert parity.compare(reference, parity.vllm_result(llm, AutoProcessor.from_pretrained(model_dir), case)) == []

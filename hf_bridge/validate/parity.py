@@ -373,12 +373,17 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR); as
     transformers resolves it, the checkpoint's own class where its code is trusted.
 
+    A whole model that hands text generation to one of its models is that model, which
+    its own `generate` runs alone where no audio is asked for (Qwen2.5-Omni's thinker:
+    `hf_classes.text_generation_delegate`).
+
     In float64 (the rounding check's exact reference) experts run transformers' eager
     loop: its grouped-matmul kernels take no double. A model that soft-caps attention
     scores runs eager attention (`reference_attention`)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoModelForMultimodalLM
 
+    from ..hf_classes import text_generation_delegate
     from .checkpoint import load_config, trusts_remote_code
 
     config = load_config(model_dir)
@@ -386,8 +391,10 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     takes_images = type(config) in AutoModelForImageTextToText._model_mapping or AutoModelForImageTextToText.__name__ in own_code
     auto = AutoModelForImageTextToText if takes_images else AutoModelForMultimodalLM
     exact = {"experts_implementation": "eager"} if dtype == "float64" else {}
-    return auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), trust_remote_code=trusts_remote_code(),
-                                **exact, **reference_attention(config)).eval()
+    model = auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), trust_remote_code=trusts_remote_code(),
+                                 **exact, **reference_attention(config)).eval()
+    delegate = text_generation_delegate(model.config)
+    return model if delegate is None else getattr(model, delegate.attribute)
 
 
 def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:

@@ -1,8 +1,10 @@
 """Print, as JSON, which class vLLM resolves each backend name to (after plugins load),
 and, for each checkpoint directory given as an argument, the architecture vLLM picks
-for it with `model_impl="transformers"`."""
+for it with `model_impl="transformers"` (and `$PROBE_RUNNER`, else "auto"), or the error
+that stops it."""
 
 import json
+import os
 import sys
 
 from vllm import ModelRegistry
@@ -22,5 +24,11 @@ for name in names:
 if len(sys.argv) > 1:
     from vllm.config import ModelConfig
 
-    out["checkpoints"] = {d: ModelConfig(model=d, model_impl="transformers").architecture for d in sys.argv[1:]}
+    def architecture(directory: str) -> str:
+        try:
+            return ModelConfig(model=directory, model_impl="transformers", runner=os.environ.get("PROBE_RUNNER", "auto")).architecture
+        except Exception as error:  # noqa: BLE001 - reported as the probe's answer
+            return f"error: {error}"
+
+    out["checkpoints"] = {d: architecture(d) for d in sys.argv[1:]}
 print("RESULT " + json.dumps(out))
