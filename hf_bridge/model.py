@@ -312,7 +312,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         `model.` as the base model's, which the class's own decoder child also is (Qwen2.5-Omni's
         thinker keeps its text model as `model` beside its towers and head)."""
         super()._create_hf_to_vllm_mapper()
-        if type(self.model) is generation_class_alone(self.config):
+        if self._built_alone:
             mapper = self.hf_to_vllm_mapper
             mapper.orig_to_new_regex = {re.compile(r"^(.+)"): r"model.\1", **mapper.orig_to_new_regex}
 
@@ -446,13 +446,11 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         (`cpu_linear_inputs.py`). A text model with a generation head of its own runs to
         its hidden states first (`nested_head.py`), so its head is not replaced either."""
         text_model = getattr_iter(self.model, TEXT_MODEL_NAMES, None)
-        alone = type(self.model) is generation_class_alone(self.config)
-        # a generation class alone with no text model inside holds its decoder and head itself (Qwen2.5-Omni's thinker)
-        generating = self.model if text_model is None and alone else text_model
+        generating = self.model if self._flat_generation_class else text_model
         head_name = generation_head(generating)
         if head_name is not None:
             logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(generating).__name__)
-            run_to_hidden_states(generating, head_name, read_as_logits=alone and generating is not self.model)
+            run_to_hidden_states(generating, head_name, read_as_logits=self._built_alone and generating is not self.model)
         with self._towers_replicated(text_model):
             sharded = (self.model.tp_plan or {}).keys()
             kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
@@ -496,11 +494,22 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         thinker: the decoder takes the side features)."""
         language_model = super().get_language_model()
         if language_model.model is None:
-            flat_generation = type(self.model) is generation_class_alone(self.config) and generation_head(self.model) is not None
             # a plain attribute: `model` is a class attribute there, which nn.Module's
             # __setattr__ would register beside instead of replacing
-            object.__setattr__(language_model, "model", decoder_of(self.model) if flat_generation else self.model)
+            object.__setattr__(language_model, "model", decoder_of(self.model) if self._flat_generation_class else self.model)
         return language_model
+
+    @cached_property
+    def _built_alone(self) -> bool:
+        """Whether the HF model is a generation class built alone (`hf_classes.generation_class_alone`)."""
+        return type(self.model) is generation_class_alone(self.config)
+
+    @cached_property
+    def _flat_generation_class(self) -> bool:
+        """Whether it is one that holds its decoder and head itself, beside its towers, with
+        no text model inside (Qwen2.5-Omni's thinker; Nemotron-H-Omni's holds a whole
+        generation model as its `language_model`)."""
+        return self._built_alone and getattr_iter(self.model, TEXT_MODEL_NAMES, None) is None and generation_head(self.model) is not None
 
     # -- multimodal embeddings ---------------------------------------------------------
 
