@@ -577,19 +577,13 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
     ) -> tuple[torch.Tensor, int]:
         get_rope_index = getattr(self.model, ROPE_INDEX_METHOD, None)
         handed, derived = self._rope_index_arguments
-        fields = item_fields(get_rope_index, handed) if get_rope_index is not None else ()
+        fields = item_fields(get_rope_index, handed, derived) if get_rope_index is not None else ()
         items = []
         for feature in mm_features:
             data = feature.data or {}
             values = {key: field.data for key in fields if (field := data.get(DATA_KEY.format(feature.modality, key))) is not None}
-            batched = {}
-            for name, derive in derived.items():
-                inputs = [data.get(DATA_KEY.format(feature.modality, key)) for key in derive.inputs]
-                if name not in values and all(inputs):
-                    # an item's fields are the processor's output for it alone (`processing._merge_items`)
-                    batched[name] = derive({key: elem.data for key, elem in zip(derive.inputs, inputs)})
-            items.append(PlacedItem(feature.mm_position.offset, data[TYPE_IDS_KEY.format(feature.modality)].data, values, batched))
-        return mrope_positions(get_rope_index, input_tokens, items, handed)
+            items.append(PlacedItem(feature.mm_position.offset, data[TYPE_IDS_KEY.format(feature.modality)].data, values))
+        return mrope_positions(get_rope_index, input_tokens, items, handed, derived)
 
     @cached_property
     def _rope_index_arguments(self) -> tuple[dict[str, str], dict[str, Derivation]]:

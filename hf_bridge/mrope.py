@@ -33,9 +33,6 @@ class PlacedItem:
     offset: int
     type_ids: torch.Tensor
     fields: Mapping[str, object]
-    batched: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    """Values already shaped as for a prompt of this item alone, joined to the other items'
-    as they are (what the forward derives from the fields, `Derivation`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,17 +44,21 @@ class Derivation:
     expression: str
     inputs: tuple[str, ...]
 
-    def __call__(self, batched: Mapping[str, object]) -> object:
-        """Its value for one item, from the processor's fields for that item alone."""
-        namespace = {name: batched[name] for name in self.inputs}
+    def __call__(self, fields: Mapping[str, object]) -> object:
+        """Its value for one item, from that item's fields: hf_bridge's are the processor's
+        output for the item alone (`processing._merge_items`), so the value is shaped as for
+        a prompt of that item, and the items' values are joined as they are."""
+        namespace = {name: fields[name] for name in self.inputs}
         return eval(compile(self.expression, "<forward>", "eval"), {"torch": torch}, namespace)  # noqa: S307 - the model's own code
 
 
 def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items: Iterable[PlacedItem],
-                    handed: Mapping[str, str] | None = None) -> tuple[torch.Tensor, int]:
+                    handed: Mapping[str, str] | None = None,
+                    derived: Mapping[str, Derivation] | None = None) -> tuple[torch.Tensor, int]:
     """(positions (3, tokens), delta) for a prompt whose items are `items`, in prompt order;
     `handed`: the method's parameters the model's forward fills from fields of another name
-    (`names_handed_over`).
+    (`names_handed_over`); `derived`: which of those names it computes from the fields
+    (`derivations`).
 
     A model whose text config asks for M-RoPE but whose base model has no `get_rope_index`
     (MiniCPM-V 4.6 on a Qwen3.5 text model) is given the text positions on every axis, as
@@ -65,7 +66,7 @@ def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items
     if get_rope_index is None:
         return torch.arange(len(input_ids)).expand(MROPE_AXES, -1), 0
     type_ids = torch.zeros(len(input_ids), dtype=torch.long)
-    handed = dict(handed or {})
+    handed, derived = dict(handed or {}), dict(derived or {})
     fields = item_fields(get_rope_index, handed)
     rows: dict[str, list[torch.Tensor]] = {}
     for item in items:
@@ -76,8 +77,9 @@ def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items
                 # a size row per item; another named field (MiniCPM-V 4.7's `target_sizes`) keeps its rows too
                 as_rows = key in GRID_FIELDS or (key not in POSITION_FIELDS and value.ndim > 0)
                 rows.setdefault(key, []).append(value.reshape(-1, value.shape[-1]) if as_rows else value.reshape(-1))
-        for key, value in item.batched.items():
-            rows.setdefault(key, []).append(value)
+        for name, derive in derived.items():
+            if name not in item.fields and all(key in item.fields for key in derive.inputs):
+                rows.setdefault(name, []).append(derive(item.fields))
     kwargs: dict[str, object] = {key: torch.cat(values) for key, values in rows.items()}
     for parameter, field in handed.items():
         if field in kwargs:
@@ -91,12 +93,15 @@ def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items
     return positions[:, 0], int(delta[0])
 
 
-def item_fields(get_rope_index: Callable, handed: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The item fields positions are computed from: `POSITION_FIELDS`, and any other the
-    method names, or the model's forward hands it under another name (`handed`)."""
+def item_fields(get_rope_index: Callable, handed: Mapping[str, str] | None = None,
+                derived: Mapping[str, Derivation] | None = None) -> tuple[str, ...]:
+    """The item fields positions are computed from: `POSITION_FIELDS`, any other the
+    method names, or the model's forward hands it under another name (`handed`), and those
+    it computes such a value from (`derived`)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     named = [n for n, p in inspect.signature(get_rope_index).parameters.items() if p.kind in kinds and n not in FROM_PROMPT]
-    return tuple(dict.fromkeys((*POSITION_FIELDS, *named, *(handed or {}).values())))
+    inputs = [key for derivation in (derived or {}).values() for key in derivation.inputs]
+    return tuple(dict.fromkeys((*POSITION_FIELDS, *named, *(handed or {}).values(), *inputs)))
 
 
 def names_handed_over(model_class: type, get_rope_index: Callable) -> dict[str, str]:

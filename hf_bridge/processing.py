@@ -119,7 +119,11 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def get_hf_config(self):
         """The config of the model hf_bridge builds to generate text
         (`hf_classes.generating_config`): a whole model's thinker's, where it has one."""
-        return generating_config(super().get_hf_config())
+        return self._generating_config
+
+    @cached_property
+    def _generating_config(self):
+        return generating_config(super().get_hf_config())  # asked for on every request: found once
 
     def get_hf_processor(self, **kwargs: object):
         """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`).

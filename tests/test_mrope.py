@@ -99,7 +99,7 @@ def test_what_the_forward_derives_from_the_fields_is_derived_per_item_and_joined
         seen.update(lengths=audio_seqlens)
         return torch.zeros(MROPE_AXES, 1, input_ids.shape[1], dtype=torch.long), torch.zeros(1, 1)
 
-    items = [PlacedItem(2 * i, torch.full((2,), 3), {}, {"audio_feature_lengths": derived["audio_feature_lengths"](
-        {"feature_attention_mask": mask})}) for i, mask in enumerate(masks)]
-    mrope_positions(get_rope_index, list(range(4)), items, {"audio_seqlens": "audio_feature_lengths"})
+    items = [PlacedItem(2 * i, torch.full((2,), 3), {"feature_attention_mask": mask}) for i, mask in enumerate(masks)]
+    assert "feature_attention_mask" in item_fields(get_rope_index, {"audio_seqlens": "audio_feature_lengths"}, derived)
+    mrope_positions(get_rope_index, list(range(4)), items, {"audio_seqlens": "audio_feature_lengths"}, derived)
     assert seen["lengths"].tolist() == [3, 2]

@@ -322,8 +322,8 @@ QWEN_OMNI_MARKERS = {"vision_start": "vision_bos", "vision_end": "vision_eos", "
 the processor token each names (`<token>_token`): their checkpoints' thinker configs hold
 all four, their default configs some, at ids of the real vocabulary."""
 QWEN_OMNI_ITEMS = {"image": "{vision_bos_token}{image_token}{vision_eos_token}",
-                      "video": "{vision_bos_token}{video_token}{vision_eos_token}",
-                      "audio": "{audio_bos_token}{audio_token}{audio_eos_token}"}
+                   "video": "{vision_bos_token}{video_token}{vision_eos_token}",
+                   "audio": "{audio_bos_token}{audio_token}{audio_eos_token}"}
 """Each item between its modality's markers, as its checkpoints' chat template writes it."""
 
 
