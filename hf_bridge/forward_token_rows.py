@@ -10,6 +10,12 @@ after loading, what it hands its decoder for each added token (`features.handed_
 keeps the rows that differ from the tables' (`learn_token_rows`), and puts them in place
 of the tables' rows at every step (`TokenRows.apply`), generated tokens included, as
 transformers' forward does.
+
+Some forwards build such rows only when the prompt holds an item: Ovis2's gives its visual
+indicator tokens (`<IMG_START>`, `<IMG_GRID>`, ...) rows of its visual embedding table
+beside an image, its text table's otherwise. Those are asked beside items
+(`rows_beside_items.py`) and kept where every item tried agrees (`agreed_rows`): rows that
+depend on an item being there, not on what it shows.
 """
 
 from __future__ import annotations
@@ -36,6 +42,19 @@ class TokenRows:
         index = torch.full((vocab_size,), -1, dtype=torch.long, device=rows.device)
         index[ids.to(rows.device)] = torch.arange(len(ids), device=rows.device)
         return cls(index, rows)
+
+    def ids(self) -> torch.Tensor:
+        return (self.index >= 0).nonzero().flatten()
+
+    def joined(self, other: TokenRows | None) -> TokenRows:
+        """These rows, and `other`'s for the ids these have none for."""
+        if other is None:
+            return self
+        extra = other.ids()
+        extra = extra[self.index.to(extra.device)[extra] < 0]
+        ids = torch.cat([self.ids(), extra.to(self.index.device)])
+        rows = torch.cat([self.rows[self.index[self.ids()]], other.rows[other.index[extra]].to(self.rows)])
+        return TokenRows.of(ids, rows, len(self.index))
 
     def covers(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.index.to(input_ids.device)[input_ids] >= 0
@@ -75,3 +94,17 @@ def learn_token_rows(
         elif differs.any():
             learnt[field] = TokenRows.of(ids.to(rows.device)[differs], given[differs].clone(), vocab_size)
     return learnt, every_token
+
+
+def agreed_rows(ids: torch.Tensor, runs: list[torch.Tensor], table_rows: torch.Tensor, vocab_size: int) -> TokenRows | None:
+    """The rows the forward handed its decoder for 1-D `ids` in each of `runs` (one per item
+    tried beside them, a row per id) where every run agrees and differs from the table's
+    (`table_rows`). None where the forward changed `ids[0]`, an ordinary token, beside an
+    item: per-id rows cannot follow that."""
+    agree = torch.ones(len(ids), dtype=torch.bool, device=table_rows.device)
+    for run in runs[1:]:
+        agree &= (run.to(runs[0]) == runs[0]).flatten(1).all(1).to(agree.device)
+    given = torch.where(agree.view(-1, *[1] * (table_rows.dim() - 1)), runs[0].to(table_rows), table_rows)
+    served = torch.ones(len(ids), dtype=torch.bool, device=table_rows.device)
+    learnt, every_token = learn_token_rows(ids, {EMBEDS: given}, {EMBEDS: (table_rows, served)}, vocab_size)
+    return None if every_token else learnt.get(EMBEDS)

@@ -65,6 +65,7 @@ from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY
 from .forward_token_rows import EMBEDS, TokenRows, learn_token_rows
+from .rows_beside_items import rows_beside_items
 from .head import HFLogitsHead
 from .kept_modules import (kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
                            norms_over_another_axis, torch_composites)
@@ -278,6 +279,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                         type(self.model).__name__, type(error).__name__, error)
             return {}
         learnt, every_token = learn_token_rows(ids, handed or {}, tables, vocab_size)
+        if EMBEDS not in every_token and (beside := self._rows_beside_items(ids, tables[EMBEDS][0], vocab_size)) is not None:
+            learnt[EMBEDS] = learnt[EMBEDS].joined(beside) if EMBEDS in learnt else beside
         for field in every_token:
             logger.warning("hf_bridge hands %s's decoder the tables' %s: its forward changes them for every token, which "
                            "per-token rows cannot follow", type(self.model).__name__, field)
@@ -287,6 +290,34 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if self.per_layer_token_inputs is not None:
             self.per_layer_token_inputs.learnt = learnt.get(PER_LAYER_INPUTS_ARG)
         return learnt
+
+    def _rows_beside_items(self, ids: torch.Tensor, table_rows: torch.Tensor, vocab_size: int) -> TokenRows | None:
+        """Rows the HF forward builds for `ids` only beside an item (`rows_beside_items.py`)."""
+        from vllm.transformers_utils.processor import cached_processor_from_config
+
+        from .processing import hf_processor_class
+        from .probes import ProcessorProbe
+
+        model_config = self.model_config
+        try:
+            processor = cached_processor_from_config(model_config, hf_processor_class(model_config.model, model_config.revision))
+        except Exception as error:  # noqa: BLE001 - the front end's own loading reports it
+            logger.info("hf_bridge asks %s's forward with token ids alone: its processor did not load (%s: %s)",
+                        type(self.model).__name__, type(error).__name__, error)
+            return None
+        tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None:
+            return None
+        probe = ProcessorProbe(processor, tokenizer, self.config, call=lambda data, kw: processor(**data, **kw, return_tensors="pt"),
+                               default_kwargs=getattr(model_config.multimodal_config, "mm_processor_kwargs", None) or {})
+        rows, skipped = rows_beside_items(self.model, probe, ids, table_rows, vocab_size)
+        for modality, why in skipped.items():
+            logger.info("hf_bridge embeds %s's tokens beside %s items through its tables: its forward could not be asked "
+                        "with them beside one (%s)", type(self.model).__name__, modality, why)
+        if rows is not None:
+            logger.info("hf_bridge takes %s for %d token id(s) from %s's forward beside an item, which builds them otherwise "
+                        "than its tables", EMBEDS, len(rows.rows), type(self.model).__name__)
+        return rows
 
     def _placed_by_vllm(self, name: str) -> bool:
         """Whether vLLM's own name mapping takes checkpoint name `name` to a parameter, or to

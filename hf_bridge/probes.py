@@ -183,29 +183,34 @@ def blank_shapes(processor: Any, modality: str) -> list[BlankShape]:
     return shapes
 
 
-def blank_items(processor: Any, modality: str, count: int, shape: BlankShape, seconds: float = AUDIO_SECONDS) -> dict[str, list]:
+def blank_items(
+    processor: Any, modality: str, count: int, shape: BlankShape, seconds: float = AUDIO_SECONDS, fill: int = 0,
+) -> dict[str, list]:
     """`count` blank items of `modality`, keyed as `ProcessorMixin.__call__` takes them;
-    clips last `seconds`."""
+    clips last `seconds`. Every pixel holds `fill` (0-255) in each channel, every sample
+    `fill / 255`."""
     import numpy as np
     from PIL import Image
 
     if modality == "image":
-        return {"images": [Image.new("RGB", (shape.width, shape.height)) for _ in range(count)]}
+        return {"images": [Image.new("RGB", (shape.width, shape.height), (fill,) * 3) for _ in range(count)]}
     if modality == "video":
-        videos = [np.zeros((shape.frames, shape.height, shape.width, 3), dtype=np.uint8) for _ in range(count)]
+        videos = [np.full((shape.frames, shape.height, shape.width, 3), fill, dtype=np.uint8) for _ in range(count)]
         items: dict[str, list] = {"videos": videos}
         if needs_video_metadata(processor):
             items["video_metadata"] = [video_metadata(shape.frames) for _ in range(count)]
         return items
     if modality == "audio":
         rate = audio_sampling_rate(processor)
-        return {"audio": [np.zeros(int(rate * seconds), dtype=np.float32) for _ in range(count)]}
+        return {"audio": [np.full(int(rate * seconds), fill / 255, dtype=np.float32) for _ in range(count)]}
     raise ValueError(f"hf_bridge cannot make a blank {modality} item to probe the processor with")
 
 
-def token_type_ids(out: Any, processor: Any):
+def token_type_ids(out: Any, processor: Any, config: Any = None):
     """The processor's multimodal token types (Gemma3 calls them `token_type_ids`), else
-    transformers' `create_mm_token_type_ids` over its ids (`listed_token_types`)."""
+    transformers' `create_mm_token_type_ids` over its ids (`listed_token_types`). Where
+    those type nothing, the tokens the model `config` scatters features by are typed
+    (`config_token_types`)."""
     import numpy as np
 
     type_ids = out.get("mm_token_type_ids", out.get("token_type_ids"))
@@ -214,9 +219,39 @@ def token_type_ids(out: Any, processor: Any):
                              and not np.asarray(type_ids).any())
     if type_ids is None or zeros_for_want_of_ids:
         type_ids = listed_token_types(out["input_ids"], processor)
+    if (type_ids is None or not np.asarray(type_ids).any()) and config is not None:
+        type_ids = config_token_types(out["input_ids"], config) if type_ids is None else np.maximum(
+            np.asarray(type_ids), config_token_types(out["input_ids"], config))
     if type_ids is None:
         raise ProbeError(errors.no_token_types(processor))
     return type_ids
+
+
+def config_token_types(input_ids: Any, config: Any):
+    """Each modality's code where the ids hold the token the model config names for it
+    (`image_token_id`, ...: what the HF forward's `get_placeholder_mask` scatters features
+    by), for a processor that types a marker its own expansion replaces: Ovis2's types
+    `<image>`, which it expands to `<IMG_ATOM>` runs between indicator tokens."""
+    import numpy as np
+
+    ids = np.asarray(input_ids)
+    types = np.zeros_like(ids)
+    for modality, token_id in config_token_ids(config).items():
+        types[ids == token_id] = MODALITY_TYPE_IDS[modality]
+    return types
+
+
+def config_token_ids(config: Any) -> dict[str, int]:
+    """Per modality, the token id the model config names (`image_token_id`, else
+    `image_token_index`)."""
+    found = {}
+    for modality in MODALITIES:
+        for name in (f"{modality}_token_id", f"{modality}_token_index"):
+            value = getattr(config, name, None)
+            if isinstance(value, int):
+                found[modality] = value
+                break
+    return found
 
 
 def _listed_token_ids(processor: Any) -> list[int]:
@@ -388,7 +423,7 @@ class ProcessorProbe:
         span = self._placeholder_span(modality, probe_ids, prompt_frame)
         out = self.call_one_item(text, item, hf_kwargs)
         ids = out["input_ids"][0].tolist()
-        types = token_type_ids(out, self.processor)[0].tolist()
+        types = token_type_ids(out, self.processor, self.config)[0].tolist()
         ids, types = frame.strip_frame(prompt_frame, ids, types)
         expansion = placeholders.expansion_from_probe(
             modality, probe_ids, span, ids, types, self.embed_token_candidates(modality)
@@ -551,13 +586,13 @@ class ProcessorProbe:
 
     def blank(
         self, modality: str, count: int = 1, width: int | None = None, height: int | None = None,
-        frames: int | None = None, seconds: float = AUDIO_SECONDS,
+        frames: int | None = None, seconds: float = AUDIO_SECONDS, fill: int = 0,
     ):
         """`count` blank items of the shape this processor accepts (see `BLANK_SHAPES`),
-        with any of its sides (a clip's length) replaced."""
+        with any of its sides (a clip's length) replaced, every pixel `fill`."""
         shape = self.blank_shape(modality)
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
-        return blank_items(self.processor, modality, count, shape, seconds)
+        return blank_items(self.processor, modality, count, shape, seconds, fill)
 
     def blank_placeholder_length(
         self, modality: str, width: int | None = None, height: int | None = None,
@@ -632,7 +667,7 @@ class ProcessorProbe:
                 one = self.call_one_item(sentinel_text, one_blank, hf_kwargs)
             except Exception:  # noqa: BLE001 - neither layout: the item itself is refused
                 raise explicit_error  # noqa: B904 - keeps the processor's own error as its cause
-            if not any(token_type_ids(one, self.processor)[0].tolist()):  # it did not insert the item either
+            if not any(token_type_ids(one, self.processor, self.config)[0].tolist()):  # it did not insert the item either
                 raise explicit_error
             inserts = True
         two = None
@@ -643,7 +678,7 @@ class ProcessorProbe:
             except Exception:  # noqa: BLE001 - a processor may take one item per prompt (Fuyu)
                 two = None
         return frame.frame_from_probes(
-            one["input_ids"][0].tolist(), token_type_ids(one, self.processor)[0].tolist(), two, sentinel, text_before, inserts
+            one["input_ids"][0].tolist(), token_type_ids(one, self.processor, self.config)[0].tolist(), two, sentinel, text_before, inserts
         )
 
     def _writes_prompt_alone(self, modality: str, shape: BlankShape) -> bool:

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_bridge.forward_token_rows import EMBEDS, learn_token_rows
+from hf_bridge.forward_token_rows import EMBEDS, TokenRows, agreed_rows, learn_token_rows
 
 VOCAB, WIDTH = 12, 3
 
@@ -61,3 +61,47 @@ def test_a_forward_that_changes_every_row_is_not_learnt():
     table = torch.randn(4, WIDTH)
     learnt, every_token = learn_token_rows(torch.arange(4), {EMBEDS: 2 * table}, {EMBEDS: (table, torch.ones(4, dtype=torch.bool))}, 4)
     assert learnt == {} and every_token == [EMBEDS]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=VOCAB, max_size=VOCAB), st.integers(1, 3))
+def test_rows_beside_items_are_kept_where_every_item_agrees(kinds, items):
+    """Per id: 0 keeps the table's row beside an item, 1 takes one row whatever the item
+    (Ovis2's indicators), 2 a row built from the item's content. Only the 1s are learnt;
+    the 2s too when a single item was tried, which cannot tell them apart."""
+    kinds[0] = 0  # the ordinary token
+    table = torch.randn(VOCAB, WIDTH)
+    fixed = torch.randn(VOCAB, WIDTH)
+    runs = []
+    for _ in range(items):
+        content = torch.randn(VOCAB, WIDTH)
+        kind = torch.tensor(kinds)[:, None]
+        runs.append(torch.where(kind == 0, table, torch.where(kind == 1, fixed, content)))
+    ids = torch.arange(VOCAB)
+    rows = agreed_rows(ids, runs, table, VOCAB)
+    expected = [i for i, k in enumerate(kinds) if k == 1 or (k == 2 and items == 1)]
+    if not expected:
+        assert rows is None or rows.ids().tolist() == []
+        return
+    assert rows.ids().tolist() == expected
+    assert torch.equal(rows.apply(ids, table), torch.where(torch.isin(ids, torch.tensor(expected))[:, None], runs[0], table))
+
+
+def test_rows_beside_items_are_not_learnt_where_the_forward_changes_every_token():
+    table = torch.randn(4, WIDTH)
+    assert agreed_rows(torch.arange(4), [table + 1, table + 1], table, 4) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(["first", "second", "both", "none"]), min_size=VOCAB, max_size=VOCAB))
+def test_joined_rows_are_the_first_where_it_has_one_else_the_second(owners):
+    table, first_rows, second_rows = torch.randn(VOCAB, WIDTH), torch.randn(VOCAB, WIDTH), torch.randn(VOCAB, WIDTH)
+    first_ids = torch.tensor([i for i, o in enumerate(owners) if o in ("first", "both")], dtype=torch.long)
+    second_ids = torch.tensor([i for i, o in enumerate(owners) if o in ("second", "both")], dtype=torch.long)
+    first = TokenRows.of(first_ids, first_rows[first_ids], VOCAB)
+    second = TokenRows.of(second_ids.flip(0), second_rows[second_ids.flip(0)], VOCAB)
+    joined = first.joined(second)
+    ids = torch.arange(VOCAB)
+    expected = torch.stack([first_rows[i] if o in ("first", "both") else second_rows[i] if o == "second" else table[i]
+                            for i, o in enumerate(owners)])
+    assert torch.equal(joined.apply(ids, table), expected)
