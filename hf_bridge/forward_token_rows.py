@@ -13,9 +13,10 @@ transformers' forward does.
 
 Some forwards build such rows only when the prompt holds an item: Ovis2's gives its visual
 indicator tokens (`<IMG_START>`, `<IMG_GRID>`, ...) rows of its visual embedding table
-beside an image, its text table's otherwise. Those are asked beside items
-(`rows_beside_items.py`) and kept where every item tried agrees (`agreed_rows`): rows that
-depend on an item being there, not on what it shows.
+beside an image, its text table's otherwise (a generated one included). Those are asked
+beside items (`rows_beside_items.py`), kept where every item tried agrees (`agreed_rows`):
+rows that depend on an item being there, not on what it shows; and put in place around
+media positions only (`apply_beside_media`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ class TokenRows:
         replace = found >= 0 if keep is None else (found >= 0) & ~keep.to(found.device)
         learnt = self.rows.to(values.device, values.dtype)[found.clamp(min=0)]
         return torch.where(replace.view(-1, *[1] * (values.dim() - 1)), learnt, values)
+
+
+def apply_beside_media(rows: TokenRows, input_ids: torch.Tensor, values: torch.Tensor, media: torch.Tensor) -> torch.Tensor:
+    """`values` (the rows for 1-D `input_ids`) with `rows`' ids' rows in their place where
+    they lie beside media positions (`media`): in a run of consecutive positions, each a
+    media position or one of those ids, that holds a media position, as a processor writes
+    an item's markers around its media tokens. Elsewhere the rows stand: transformers'
+    forward builds them only where it processes an item with the prompt, never for a
+    generated token."""
+    covered = rows.covers(input_ids)
+    media = media.to(covered.device)
+    run = torch.cumsum(~(covered | media), 0)
+    media_in_run = torch.zeros(len(input_ids) + 1, dtype=torch.long, device=covered.device).index_add_(0, run, media.long())
+    beside = covered & ~media & (media_in_run[run] > 0)
+    return rows.apply(input_ids, values, keep=~beside)
 
 
 def learn_token_rows(

@@ -64,7 +64,7 @@ from .bidirectional import attends_within_media_on_cpu, report_bidirectional_att
 from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY
-from .forward_token_rows import EMBEDS, TokenRows, learn_token_rows
+from .forward_token_rows import EMBEDS, TokenRows, apply_beside_media, learn_token_rows
 from .rows_beside_items import rows_beside_items
 from .head import HFLogitsHead
 from .kept_modules import (kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
@@ -126,6 +126,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if reads_per_layer_token_embeddings(self.config) and taker is not None:
             self._install_per_layer_token_inputs(text_model, taker, vllm_config.scheduler_config.max_num_batched_tokens)
         self.forward_token_rows: dict[str, TokenRows] = {}
+        self.token_rows_beside_items: TokenRows | None = None
         """Learnt once vLLM has loaded and prepared the weights (`process_weights_after_loading`)."""
         self.token_table_inputs = self._token_table_inputs(vllm_config)
         if vllm_config.model_config.enable_prompt_embeds:
@@ -251,22 +252,22 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
     def process_weights_after_loading(self) -> None:
         """vLLM's model-level hook after loading, once its layers have prepared their weights
         (the HF forward runs through them here)."""
-        self.forward_token_rows = self._learn_forward_token_rows()
+        self.forward_token_rows, self.token_rows_beside_items = self._learn_forward_token_rows()
 
     @torch.no_grad()
-    def _learn_forward_token_rows(self) -> dict[str, TokenRows]:
+    def _learn_forward_token_rows(self) -> tuple[dict[str, TokenRows], TokenRows | None]:
         """What the HF forward hands its decoder for each token the tokenizer adds, where it
-        differs from the embedding tables' rows (`forward_token_rows.py`); the first pipeline
-        rank alone embeds."""
+        differs from the embedding tables' rows (`forward_token_rows.py`): per field, and the
+        input embeddings it builds only beside an item. The first pipeline rank alone embeds."""
         if not self.pp_group.is_first_rank or self.model.get_decoder() is self.model:
-            return {}  # a flat model's forward is its decoder's
+            return {}, None  # a flat model's forward is its decoder's
         from vllm.tokenizers import cached_tokenizer_from_config
 
         vocab_size = self.text_config.vocab_size
         added = {i for i in cached_tokenizer_from_config(self.model_config).added_tokens_decoder if i < vocab_size}
         ordinary = next((i for i in range(vocab_size) if i not in added), None)
         if not added or ordinary is None:
-            return {}
+            return {}, None
         device = next(self.model.parameters()).device
         ids = torch.tensor([ordinary, *sorted(added)], device=device)
         tables = {EMBEDS: (self.model.get_input_embeddings()(ids), torch.ones_like(ids, dtype=torch.bool))}
@@ -277,10 +278,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         except Exception as error:  # noqa: BLE001 - a forward that needs more than ids: tables' rows stand
             logger.info("hf_bridge embeds every token through %s's tables: its forward cannot run on token ids alone (%s: %s)",
                         type(self.model).__name__, type(error).__name__, error)
-            return {}
+            return {}, None
         learnt, every_token = learn_token_rows(ids, handed or {}, tables, vocab_size)
-        if EMBEDS not in every_token and (beside := self._rows_beside_items(ids, tables[EMBEDS][0], vocab_size)) is not None:
-            learnt[EMBEDS] = learnt[EMBEDS].joined(beside) if EMBEDS in learnt else beside
         for field in every_token:
             logger.warning("hf_bridge hands %s's decoder the tables' %s: its forward changes them for every token, which "
                            "per-token rows cannot follow", type(self.model).__name__, field)
@@ -289,7 +288,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                         field, len(rows.rows), type(self.model).__name__)
         if self.per_layer_token_inputs is not None:
             self.per_layer_token_inputs.learnt = learnt.get(PER_LAYER_INPUTS_ARG)
-        return learnt
+        beside = None if EMBEDS in every_token else self._rows_beside_items(ids, tables[EMBEDS][0], vocab_size)
+        return learnt, beside
 
     def _rows_beside_items(self, ids: torch.Tensor, table_rows: torch.Tensor, vocab_size: int) -> TokenRows | None:
         """Rows the HF forward builds for `ids` only beside an item (`rows_beside_items.py`)."""
@@ -599,7 +599,11 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             multimodal_embeddings = self.side_features.split(multimodal_embeddings, is_multimodal, input_ids.shape[0])
         embeds = super().embed_input_ids(input_ids, multimodal_embeddings, is_multimodal=is_multimodal)
         learnt = self.forward_token_rows.get(EMBEDS)
-        return embeds if learnt is None else learnt.apply(input_ids, embeds, keep=is_multimodal)
+        if learnt is not None:
+            embeds = learnt.apply(input_ids, embeds, keep=is_multimodal)
+        if self.token_rows_beside_items is not None and is_multimodal is not None:
+            embeds = apply_beside_media(self.token_rows_beside_items, input_ids, embeds, is_multimodal)
+        return embeds
 
     # -- M-RoPE --------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_bridge.forward_token_rows import EMBEDS, TokenRows, agreed_rows, learn_token_rows
+from hf_bridge.forward_token_rows import EMBEDS, TokenRows, agreed_rows, apply_beside_media, learn_token_rows
 
 VOCAB, WIDTH = 12, 3
 
@@ -105,3 +105,28 @@ def test_joined_rows_are_the_first_where_it_has_one_else_the_second(owners):
     expected = torch.stack([first_rows[i] if o in ("first", "both") else second_rows[i] if o == "second" else table[i]
                             for i, o in enumerate(owners)])
     assert torch.equal(joined.apply(ids, table), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["text", "marker", "media"]), max_size=30))
+def test_rows_beside_media_stand_only_in_runs_of_markers_around_media(kinds):
+    """A marker takes its learnt row inside a run of markers and media positions that holds
+    media (an item's expansion), and the table's alone or beside text only (a generated
+    marker, a prompt without items)."""
+    marker, text = 5, 1
+    table = torch.randn(VOCAB, WIDTH)
+    rows = TokenRows.of(torch.tensor([marker]), torch.full((1, WIDTH), 9.0), VOCAB)
+    ids = torch.tensor([text if k == "text" else marker if k == "marker" else 2 for k in kinds], dtype=torch.long)
+    media = torch.tensor([k == "media" for k in kinds], dtype=torch.bool)
+    values = torch.where(media[:, None], torch.full((len(kinds), WIDTH), -1.0), table[ids]) if kinds else table[ids]
+    placed = apply_beside_media(rows, ids, values, media)
+    for i, kind in enumerate(kinds):
+        j = i
+        while j > 0 and kinds[j - 1] != "text":
+            j -= 1
+        k = i
+        while k < len(kinds) - 1 and kinds[k + 1] != "text":
+            k += 1
+        beside = kind == "marker" and "media" in kinds[j:k + 1]
+        expected = rows.rows[0] if beside else values[i]
+        assert torch.equal(placed[i], expected), (kinds, i)

@@ -2,7 +2,8 @@
 its own expansion replaces, so its token types mark nothing (hf_bridge types the tokens
 the config names, `probes.config_token_types`), and a forward that gives its visual
 indicator tokens (`<IMG_START>`, `<IMG_GRID>`, ...) rows of its visual embedding table only
-beside an image (`rows_beside_items.py`). The in-tree backend cannot count its tokens."""
+beside an image (`rows_beside_items.py`), never to a generated one. The in-tree backend
+cannot count its tokens."""
 
 from __future__ import annotations
 
@@ -67,14 +68,19 @@ def test_indicator_rows_are_the_forwards_own_and_learnt_beside_an_image_only(ovi
 
 
 @pytest.mark.engine
-def test_ovis2_keeps_parity(ovis2, engines):
-    from transformers import AutoProcessor
+@pytest.mark.parametrize("case_name", ["one_image", "two_images"])
+def test_ovis2_keeps_parity(ovis2, engines, case_name):
+    """One image's continuation writes `<IMG_END>` second: transformers embeds that
+    generated marker through its text table, and so must hf_bridge (`apply_beside_media`)."""
+    from transformers import AutoConfig, AutoProcessor
 
-    case = parity.standard_cases(64)["two_images"]
-    cache_references(ovis2, [case], ("float32", "float64"))
-    (reference,) = references(ovis2, [case])
+    cases = parity.standard_cases(64)
+    cache_references(ovis2, [cases["one_image"], cases["two_images"]], ("float32", "float64"))
+    (reference,) = references(ovis2, [cases[case_name]])
     assert not parity.is_degenerate(reference.tokens), reference.tokens
-    assert_well_conditioned(ovis2, case, reference)
+    assert_well_conditioned(ovis2, cases[case_name], reference)
+    if case_name == "one_image":
+        assert reference.tokens[1] in AutoConfig.from_pretrained(ovis2).visual_indicator_token_ids
     processor = AutoProcessor.from_pretrained(ovis2)
     llm = engines.get(ovis2, limit_mm_per_prompt={"image": 2})
-    assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
+    assert parity.compare(reference, parity.vllm_result(llm, processor, cases[case_name])) == []
