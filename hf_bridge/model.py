@@ -288,11 +288,14 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                         field, len(rows.rows), type(self.model).__name__)
         if self.per_layer_token_inputs is not None:
             self.per_layer_token_inputs.learnt = learnt.get(PER_LAYER_INPUTS_ARG)
-        beside = None if EMBEDS in every_token else self._rows_beside_items(ids, tables[EMBEDS][0], vocab_size)
+        alone = (handed or {}).get(EMBEDS)
+        alone = tables[EMBEDS][0] if alone is None else alone.reshape(tables[EMBEDS][0].shape)
+        beside = None if EMBEDS in every_token else self._rows_beside_items(ids, alone, vocab_size)
         return learnt, beside
 
-    def _rows_beside_items(self, ids: torch.Tensor, table_rows: torch.Tensor, vocab_size: int) -> TokenRows | None:
-        """Rows the HF forward builds for `ids` only beside an item (`rows_beside_items.py`)."""
+    def _rows_beside_items(self, ids: torch.Tensor, alone: torch.Tensor, vocab_size: int) -> TokenRows | None:
+        """Rows the HF forward builds for `ids` beside an item otherwise than with the ids
+        alone (`alone`, its rows for them), `rows_beside_items.py`."""
         from vllm.transformers_utils.processor import cached_processor_from_config
 
         from .processing import hf_processor_class
@@ -310,7 +313,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             return None
         probe = ProcessorProbe(processor, tokenizer, self.config, call=lambda data, kw: processor(**data, **kw, return_tensors="pt"),
                                default_kwargs=getattr(model_config.multimodal_config, "mm_processor_kwargs", None) or {})
-        rows, skipped = rows_beside_items(self.model, probe, ids, table_rows, vocab_size)
+        rows, skipped = rows_beside_items(self.model, probe, ids, alone, vocab_size)
         for modality, why in skipped.items():
             logger.info("hf_bridge embeds %s's tokens beside %s items through its tables: its forward could not be asked "
                         "with them beside one (%s)", type(self.model).__name__, modality, why)

@@ -30,9 +30,10 @@ INPUT_IDS, ATTENTION_MASK = "input_ids", "attention_mask"
 def rows_beside_items(
     hf_model: torch.nn.Module, probe: probes.ProcessorProbe, ids: torch.Tensor, table_rows: torch.Tensor, vocab_size: int,
 ) -> tuple[TokenRows | None, dict[str, str]]:
-    """Rows for `ids` (1-D, `ids[0]` an ordinary token; `table_rows` the text table's) that
-    the forward builds otherwise beside an item of any modality the processor takes; and,
-    per modality the forward could not be asked for, why not."""
+    """Rows for `ids` (1-D, `ids[0]` an ordinary token) that the forward builds beside an
+    item of any modality the processor takes otherwise than `table_rows` (what it builds for
+    them with no item: the text table's, or its own rows where it builds some, Gemma 3n's);
+    and, per modality the forward could not be asked for, why not."""
     learnt: TokenRows | None = None
     skipped: dict[str, str] = {}
     for modality in probes.processor_modalities(probe.processor):
