@@ -118,17 +118,17 @@ is the same row computed in another batch shape (Gemma 3n's media markers, 3.6e-
 not one the forward builds otherwise."""
 
 
-def agreed_rows(ids: torch.Tensor, runs: list[torch.Tensor], table_rows: torch.Tensor, vocab_size: int) -> TokenRows | None:
+def agreed_rows(ids: torch.Tensor, runs: list[torch.Tensor], alone: torch.Tensor, vocab_size: int) -> TokenRows | None:
     """The rows the forward handed its decoder for 1-D `ids` in each of `runs` (one per item
-    tried beside them, a row per id) where every run agrees and differs from `table_rows`
-    by more than rounding. None where the forward changed `ids[0]`, an ordinary token, beside an
-    item: per-id rows cannot follow that."""
-    agree = torch.ones(len(ids), dtype=torch.bool, device=table_rows.device)
+    tried beside them, a row per id) where every run agrees and differs by more than
+    rounding from `alone`, the rows it hands for them with no item. None where the forward
+    changed `ids[0]`, an ordinary token, beside an item: per-id rows cannot follow that."""
+    agree = torch.ones(len(ids), dtype=torch.bool, device=alone.device)
     for run in runs[1:]:
         agree &= (run.to(runs[0]) == runs[0]).flatten(1).all(1).to(agree.device)
-    given = runs[0].to(table_rows)
-    rounding = torch.isclose(given, table_rows, rtol=ROUNDING_TOLERANCE, atol=ROUNDING_TOLERANCE).flatten(1).all(1)
-    given = torch.where((agree & ~rounding).view(-1, *[1] * (table_rows.dim() - 1)), given, table_rows)
-    served = torch.ones(len(ids), dtype=torch.bool, device=table_rows.device)
-    learnt, every_token = learn_token_rows(ids, {EMBEDS: given}, {EMBEDS: (table_rows, served)}, vocab_size)
+    given = runs[0].to(alone)
+    rounding = torch.isclose(given, alone, rtol=ROUNDING_TOLERANCE, atol=ROUNDING_TOLERANCE).flatten(1).all(1)
+    given = torch.where((agree & ~rounding).view(-1, *[1] * (alone.dim() - 1)), given, alone)
+    served = torch.ones(len(ids), dtype=torch.bool, device=alone.device)
+    learnt, every_token = learn_token_rows(ids, {EMBEDS: given}, {EMBEDS: (alone, served)}, vocab_size)
     return None if every_token else learnt.get(EMBEDS)

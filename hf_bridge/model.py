@@ -18,7 +18,7 @@ vLLM's `CausalMixin` head on it; `pooling.py` puts vLLM's pooling mixins on it.
   vLLM still has the ids (`token_inputs.py`), and so are per-token inputs the processor
   derives from the ids (Ernie 4.5 VL's expert types, `token_tables.py`) and the rows the
   HF forward builds for some ids otherwise than its tables (Gemma 3n's media markers,
-  `forward_token_rows.py`);
+  `forward_token_rows.py`), or only beside an item (Ovis2's indicators, `rows_beside_items.py`);
 - decoder layers that attend over an earlier layer's keys and values read its KV cache
   (`kv_sharing.py`);
 - under tensor parallelism the towers are replicated and the text model is sharded as
@@ -126,8 +126,9 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if reads_per_layer_token_embeddings(self.config) and taker is not None:
             self._install_per_layer_token_inputs(text_model, taker, vllm_config.scheduler_config.max_num_batched_tokens)
         self.forward_token_rows: dict[str, TokenRows] = {}
-        self.token_rows_beside_items: TokenRows | None = None
         """Learnt once vLLM has loaded and prepared the weights (`process_weights_after_loading`)."""
+        self.token_rows_beside_items: TokenRows | None = None
+        """Learnt with them: the input embeddings the forward builds only beside an item."""
         self.token_table_inputs = self._token_table_inputs(vllm_config)
         if vllm_config.model_config.enable_prompt_embeds:
             self._refuse_prompt_embeds_where_ids_are_read()
@@ -319,7 +320,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                         "with them beside one (%s)", type(self.model).__name__, modality, why)
         if rows is not None:
             logger.info("hf_bridge takes %s for %d token id(s) from %s's forward beside an item, which builds them otherwise "
-                        "than its tables", EMBEDS, len(rows.rows), type(self.model).__name__)
+                        "there than with the ids alone", EMBEDS, len(rows.rows), type(self.model).__name__)
         return rows
 
     def _placed_by_vllm(self, name: str) -> bool:

@@ -586,13 +586,13 @@ class ProcessorProbe:
 
     def blank(
         self, modality: str, count: int = 1, width: int | None = None, height: int | None = None,
-        frames: int | None = None, seconds: float = AUDIO_SECONDS, fill: int = 0,
+        frames: int | None = None, seconds: float = AUDIO_SECONDS,
     ):
         """`count` blank items of the shape this processor accepts (see `BLANK_SHAPES`),
-        with any of its sides (a clip's length) replaced, every pixel `fill`."""
+        with any of its sides (a clip's length) replaced."""
         shape = self.blank_shape(modality)
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
-        return blank_items(self.processor, modality, count, shape, seconds, fill)
+        return blank_items(self.processor, modality, count, shape, seconds)
 
     def blank_placeholder_length(
         self, modality: str, width: int | None = None, height: int | None = None,

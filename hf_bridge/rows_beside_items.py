@@ -28,17 +28,18 @@ INPUT_IDS, ATTENTION_MASK = "input_ids", "attention_mask"
 
 
 def rows_beside_items(
-    hf_model: torch.nn.Module, probe: probes.ProcessorProbe, ids: torch.Tensor, table_rows: torch.Tensor, vocab_size: int,
+    hf_model: torch.nn.Module, probe: probes.ProcessorProbe, ids: torch.Tensor, alone: torch.Tensor, vocab_size: int,
 ) -> tuple[TokenRows | None, dict[str, str]]:
     """Rows for `ids` (1-D, `ids[0]` an ordinary token) that the forward builds beside an
-    item of any modality the processor takes otherwise than `table_rows` (what it builds for
-    them with no item: the text table's, or its own rows where it builds some, Gemma 3n's);
+    item of any modality the processor takes otherwise than `alone` (what it builds for
+    them with the ids alone: the text table's rows, or its own where it builds some, as
+    Gemma 3n's does);
     and, per modality the forward could not be asked for, why not."""
     learnt: TokenRows | None = None
     skipped: dict[str, str] = {}
     for modality in probes.processor_modalities(probe.processor):
         try:
-            rows = _rows_beside(hf_model, probe, modality, ids, table_rows, vocab_size)
+            rows = _rows_beside(hf_model, probe, modality, ids, alone, vocab_size)
         except Exception as error:  # noqa: BLE001 - a forward that cannot take the ids beside an item
             skipped[modality] = f"{type(error).__name__}: {error}"
             continue
@@ -48,7 +49,7 @@ def rows_beside_items(
 
 
 def _rows_beside(
-    hf_model: torch.nn.Module, probe: probes.ProcessorProbe, modality: str, ids: torch.Tensor, table_rows: torch.Tensor,
+    hf_model: torch.nn.Module, probe: probes.ProcessorProbe, modality: str, ids: torch.Tensor, alone: torch.Tensor,
     vocab_size: int,
 ) -> TokenRows | None:
     """`rows_beside_items` for one modality. Its media tokens are left out of the ids asked:
@@ -67,7 +68,7 @@ def _rows_beside(
     if any(run is None for run in runs):
         return None
     kept = torch.isin(ids, asked.to(ids.device))
-    return agreed_rows(asked.to(ids.device), runs, table_rows[kept], vocab_size)
+    return agreed_rows(asked.to(ids.device), runs, alone[kept], vocab_size)
 
 
 def _processed_blanks(probe: probes.ProcessorProbe, modality: str) -> list[Any] | None:
