@@ -143,6 +143,10 @@ SETTINGS = [
             per_request={"size": {"shortest_edge": 12544, "longest_edge": 50176}}),
     Setting("qwen3_5_moe-1-fps", "qwen3_5_moe", "video frames sampled at 1 fps: one temporal patch, its timestamps",
             video_processor={"fps": 1, "min_frames": 2}),
+    Setting("ovis2-crops", "ovis2", "up to 4 crops beside the whole: grid markers (`<IMG_COL>`, `<IMG_ROW>`) no blank holds",
+            image_processor={"crop_to_patches": True, "max_patches": 4}),
+    Setting("ovis2-crops-per-request", "ovis2", "up to 9 crops beside the whole, per request",
+            per_request={"crop_to_patches": True, "max_patches": 9}),
 ]
 
 
