@@ -10,6 +10,7 @@ tower's rows and whose forward projects them further (Llama 4).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import weakref
@@ -200,12 +201,28 @@ def handed_to_decoder(hf_model: torch.nn.Module, input_ids: torch.Tensor, kwargs
     kept = getattr(hf_model, name)
     setattr(hf_model, name, stand_in)
     try:
-        hf_model.forward(input_ids=input_ids, **kwargs)
+        with _evaluating(hf_model):
+            hf_model.forward(input_ids=input_ids, **kwargs)
     except _EmbedsHandedOver as handed:
         return {**handed.kwargs, "inputs_embeds": handed.inputs_embeds}
     finally:
         setattr(hf_model, name, kept)
     return None
+
+
+@contextlib.contextmanager
+def _evaluating(model: torch.nn.Module):
+    """`model` in eval mode, each module's own mode restored after. vLLM switches a model to
+    eval mode only once loading returns, after `process_weights_after_loading`, where
+    hf_bridge asks the forward: in training mode, a tower's batch norm (Parakeet's) would
+    fold the blank items into its running statistics, and dropout would draw."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def decoder_layers_name(model: torch.nn.Module) -> str:

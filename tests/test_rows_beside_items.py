@@ -58,7 +58,12 @@ def test_indicator_rows_are_the_forwards_own_and_learnt_beside_an_image_only(ovi
     alone, every_token = learn_token_rows(ids, features.handed_to_decoder(model, ids[None], {}), {EMBEDS: (table, served)}, vocab_size)
     assert alone == {} and every_token == []  # with ids alone its forward hands the table's rows
 
+    model.train()  # as vLLM leaves it where hf_bridge asks (`process_weights_after_loading`)
+    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
     rows, skipped = rows_beside_items(model, probe, ids, table, vocab_size)
+    assert all(module.training for module in model.modules())
+    assert all(torch.equal(buffer, buffers[name]) for name, buffer in model.named_buffers())
+    model.eval()
     indicators = probe.config.visual_indicator_token_ids
     assert skipped == {} and rows.ids().tolist() == sorted(indicators)
     pixel_values = parity.hf_inputs(probe.processor, parity.standard_cases(64)["one_image"])["pixel_values"]
