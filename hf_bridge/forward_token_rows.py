@@ -118,6 +118,11 @@ is the same row computed in another batch shape (Gemma 3n's media markers, 3.6e-
 not one the forward builds otherwise."""
 
 
+def beyond_rounding(given: torch.Tensor, alone: torch.Tensor) -> torch.Tensor:
+    """Per row (the first axis), whether `given` differs from `alone` by more than rounding."""
+    return ~torch.isclose(given.to(alone), alone, rtol=ROUNDING_TOLERANCE, atol=ROUNDING_TOLERANCE).flatten(1).all(1)
+
+
 def agreed_rows(ids: torch.Tensor, runs: list[torch.Tensor], alone: torch.Tensor, vocab_size: int) -> TokenRows | None:
     """The rows the forward handed its decoder for 1-D `ids` in each of `runs` (one per item
     tried beside them, a row per id) where every run agrees and differs by more than
@@ -127,8 +132,7 @@ def agreed_rows(ids: torch.Tensor, runs: list[torch.Tensor], alone: torch.Tensor
     for run in runs[1:]:
         agree &= (run.to(runs[0]) == runs[0]).flatten(1).all(1).to(agree.device)
     given = runs[0].to(alone)
-    rounding = torch.isclose(given, alone, rtol=ROUNDING_TOLERANCE, atol=ROUNDING_TOLERANCE).flatten(1).all(1)
-    given = torch.where((agree & ~rounding).view(-1, *[1] * (alone.dim() - 1)), given, alone)
+    given = torch.where((agree & beyond_rounding(given, alone)).view(-1, *[1] * (alone.dim() - 1)), given, alone)
     served = torch.ones(len(ids), dtype=torch.bool, device=alone.device)
     learnt, every_token = learn_token_rows(ids, {EMBEDS: given}, {EMBEDS: (alone, served)}, vocab_size)
     return None if every_token else learnt.get(EMBEDS)

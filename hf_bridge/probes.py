@@ -22,9 +22,11 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from . import errors, frame, numbering, pixel_sides, placeholders, text_step
+
+T = TypeVar("T")
 
 MODALITIES = ("image", "video", "audio")
 MODALITY_TYPE_IDS = {"image": 1, "video": 2, "audio": 3}
@@ -181,6 +183,28 @@ def blank_shapes(processor: Any, modality: str) -> list[BlankShape]:
     if modality == "video" and (frames := frames_asked_for(processor)) and frames <= MAX_BLANK_FRAMES:
         shapes.append(BlankShape(112, 112, frames))
     return shapes
+
+
+def first_accepted_shape(processor: Any, modality: str, attempt: Callable[[BlankShape], T]) -> tuple[BlankShape, T]:
+    """The first of `blank_shapes` for which `attempt` returns, and what it returned. A
+    `ProbeError` or `PlaceholderError` (the processor ran, and its output cannot be read)
+    ends the search; any other error is the processor refusing that blank, and the next
+    shape is tried. Where it refuses them all, the `ProbeError` names its error for the first."""
+    first_error: Exception | None = None
+    shapes = blank_shapes(processor, modality)
+    for shape in shapes:
+        try:
+            return shape, attempt(shape)
+        except (ProbeError, placeholders.PlaceholderError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the processor refused this blank item
+            first_error = first_error or exc
+    cause = _root_cause(first_error) if first_error else ValueError("no blank item")
+    raise ProbeError(
+        f"{type(processor).__name__} refused every blank {modality} hf_bridge probes it with "
+        f"({', '.join(f'{s.width}x{s.height}' + (f'x{s.frames} frames' if modality == 'video' else '') for s in shapes)}); "
+        f"for the first: {type(cause).__name__}: {_first_line(cause)}"
+    )
 
 
 def blank_items(
@@ -395,20 +419,15 @@ class ProcessorProbe:
     def embed_token_candidates(self, modality: str) -> list[int]:
         """Tokens the checkpoint names as holding embeddings, most authoritative first.
 
-        The model config comes first: it is what the HF forward scatters features by
-        (`get_placeholder_mask`). Processors' own `image_token_id` can name a marker
-        instead (Gemma3's is its begin-of-image token). The other modalities' tokens
-        follow, for processors that expand one modality into another's tokens.
+        The model config comes first (`config_token_ids`): it is what the HF forward
+        scatters features by (`get_placeholder_mask`). Processors' own `image_token_id` can
+        name a marker instead (Gemma3's is its begin-of-image token). The other modalities'
+        tokens follow, for processors that expand one modality into another's tokens.
         """
-        order = [modality, *(m for m in MODALITIES if m != modality)]
+        named = config_token_ids(self.config)
         candidates: list[int] = []
-        for m in order:
-            for source, name in (
-                (self.config, f"{m}_token_id"),
-                (self.config, f"{m}_token_index"),
-                (self.processor, f"{m}_token_id"),
-            ):
-                value = getattr(source, name, None)
+        for m in (modality, *(m for m in MODALITIES if m != modality)):
+            for value in (named.get(m), getattr(self.processor, f"{m}_token_id", None)):
                 if isinstance(value, int) and value not in candidates:
                     candidates.append(value)
         return candidates
@@ -622,34 +641,21 @@ class ProcessorProbe:
         return self._frames[modality]
 
     def _learn_frame(self, modality: str) -> frame.PromptFrame:
-        """Probe with blank items, placeholder then sentinel text (see `frame.py`).
+        """Probe with blank items, placeholder then sentinel text (see `frame.py`), in the
+        first blank shape the processor accepts (`first_accepted_shape`)."""
 
-        Blank shapes are tried in turn until the processor accepts one; its error for
-        the first is reported when it accepts none.
-        """
-        first_error: Exception | None = None
-        shapes = blank_shapes(self.processor, modality)
-        for shape in shapes:
+        def learn(shape: BlankShape) -> frame.PromptFrame:
             try:
-                learnt = self._learn_frame_with(modality, shape)
+                return self._learn_frame_with(modality, shape)
             except placeholders.PlaceholderError:
                 if not self._writes_prompt_alone(modality, shape):
                     raise  # the processor ran: its output is what cannot be read
                 self.writes_prompt.add(modality)
-                learnt = frame.PromptFrame()  # its text step writes everything
-            except ProbeError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the processor refused this blank item
-                first_error = first_error or exc
-                continue
-            self._blank_shapes[modality] = shape
-            return learnt
-        cause = _root_cause(first_error) if first_error else ValueError("no blank item")
-        raise ProbeError(
-            f"{type(self.processor).__name__} refused every blank {modality} hf_bridge probes it with "
-            f"({', '.join(f'{s.width}x{s.height}' + (f'x{s.frames} frames' if modality == 'video' else '') for s in shapes)}); "
-            f"for the first: {type(cause).__name__}: {_first_line(cause)}"
-        )
+                return frame.PromptFrame()  # its text step writes everything
+
+        shape, learnt = first_accepted_shape(self.processor, modality, learn)
+        self._blank_shapes[modality] = shape
+        return learnt
 
     def _learn_frame_with(self, modality: str, shape: BlankShape) -> frame.PromptFrame:
         sentinel_text = PROBE_SENTINEL

@@ -7,7 +7,8 @@ an image it hands them rows of its visual embedding table, and its processor wri
 into every image's expansion. So, for each modality the processor takes, the forward is
 asked again with the added ids (but that modality's media tokens) after one processed blank
 item, once per `ITEM_FILLS`, and the rows every item agrees on are kept
-(`forward_token_rows.agreed_rows`). A tiling processor's blank holds no `<IMG_COL>`: every
+(`forward_token_rows.agreed_rows`). Where beside the first item every row is what the
+ids alone get (every checkpoint but Ovis2's so far), the second is not forwarded. A tiling processor's blank holds no `<IMG_COL>`: every
 added id is asked, not only those a blank's expansion holds.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from . import features, probes
-from .forward_token_rows import TokenRows, agreed_rows
+from .forward_token_rows import TokenRows, agreed_rows, beyond_rounding
 
 ITEM_FILLS = (0, 255)
 """The value of every pixel (sample) of the blank items asked beside: a row the forward
@@ -64,24 +65,30 @@ def _rows_beside(
     asked = torch.tensor([i for i in ids.tolist() if i not in media], dtype=torch.long)
     if len(asked) < 2:
         return None  # every added token is a media token
-    runs = [_handed_after(hf_model, out, asked) for out in outputs]
-    if any(run is None for run in runs):
-        return None
-    kept = torch.isin(ids, asked.to(ids.device))
-    return agreed_rows(asked.to(ids.device), runs, alone[kept], vocab_size)
+    alone = alone[torch.isin(ids, asked.to(ids.device))]
+    runs = []
+    for out in outputs:
+        run = _handed_after(hf_model, out, asked)
+        if run is None:
+            return None
+        if not runs and not beyond_rounding(run, alone).any():
+            return None  # beside the first item every row is what the ids alone get: none to learn
+        runs.append(run)
+    return agreed_rows(asked.to(ids.device), runs, alone, vocab_size)
 
 
 def _processed_blanks(probe: probes.ProcessorProbe, modality: str) -> list[Any] | None:
     """The processor's output for one blank item of `modality` of each of `ITEM_FILLS`, in
     the first blank shape it accepts; None where it accepts none."""
-    for shape in probes.blank_shapes(probe.processor, modality):
-        try:
-            return [probe.call_one_item(probe.placeholder_text(modality),
-                                        probes.blank_items(probe.processor, modality, 1, shape, fill=fill), probe.default_kwargs)
-                    for fill in ITEM_FILLS]
-        except Exception:  # noqa: BLE001 - try the next shape, as the probes do
-            continue
-    return None
+    def processed(shape: probes.BlankShape) -> list[Any]:
+        return [probe.call_one_item(probe.placeholder_text(modality),
+                                    probes.blank_items(probe.processor, modality, 1, shape, fill=fill), probe.default_kwargs)
+                for fill in ITEM_FILLS]
+
+    try:
+        return probes.first_accepted_shape(probe.processor, modality, processed)[1]
+    except probes.ProbeError:
+        return None
 
 
 def _handed_after(hf_model: torch.nn.Module, processed: Any, asked: torch.Tensor) -> torch.Tensor | None:

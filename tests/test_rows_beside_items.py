@@ -72,6 +72,29 @@ def test_indicator_rows_are_the_forwards_own_and_learnt_beside_an_image_only(ovi
     assert torch.equal(placed, own)
 
 
+@torch.no_grad()
+def test_a_forward_that_builds_no_rows_beside_an_item_is_asked_once(zoo, monkeypatch):
+    """LLaVA's forward hands its added tokens the table's rows beside an image too: beside
+    the first blank, no row differs, and the second blank is not forwarded."""
+    from transformers import AutoModel
+
+    from hf_bridge import rows_beside_items as module
+
+    model_dir = zoo("llava")
+    probe = _probe(model_dir)
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+    vocab_size = probe.config.get_text_config().vocab_size
+    added = sorted(i for i in probe.tokenizer.added_tokens_decoder if i < vocab_size)
+    ordinary = next(i for i in range(vocab_size) if i not in added)
+    ids = torch.tensor([ordinary, *added])
+    asked = []
+    handed_after = module._handed_after
+    monkeypatch.setattr(module, "_handed_after", lambda *args: asked.append(args[2]) or handed_after(*args))
+    rows, skipped = rows_beside_items(model, probe, ids, model.get_input_embeddings()(ids), vocab_size)
+    assert rows is None and skipped == {}
+    assert len(asked) == len(probes.processor_modalities(probe.processor)) == 1 and len(asked[0]) >= 2
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("case_name", ["one_image", "two_images"])
 def test_ovis2_keeps_parity(ovis2, engines, case_name):
