@@ -147,6 +147,12 @@ SETTINGS = [
             image_processor={"crop_to_patches": True, "max_patches": 4}),
     Setting("ovis2-crops-per-request", "ovis2", "up to 9 crops beside the whole, per request",
             per_request={"crop_to_patches": True, "max_patches": 9}),
+    Setting("lfm2_vl-image-tokens-per-request", "lfm2_vl", "16-64 tokens per image (the default 64-256), per request",
+            per_request={"min_image_tokens": 16, "max_image_tokens": 64}),
+    Setting("lfm2_vl-tiles", "lfm2_vl", "images over 224 px split into 2-4 tiles beside a thumbnail (the default 512 px, 2-10)",
+            image_processor={"max_image_tokens": 64, "min_image_tokens": 16, "max_tiles": 4, "tile_size": 224}),
+    Setting("qwen2_5_omni-pixels-per-request", "qwen2_5_omni", "16384-65536 pixels per image and video, per request",
+            per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
 ]
 
 
