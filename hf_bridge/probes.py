@@ -122,9 +122,14 @@ class BlankShape:
     frames: int = 1
 
 
-def needs_video_metadata(processor: Any) -> bool:
+def needs_video_metadata(processor: Any, kwargs: Mapping[str, object] = {}) -> bool:
     """Whether the video processor samples frames, and so needs each video's metadata
-    (vLLM then requires videos as `(frames, metadata)` pairs)."""
+    (vLLM then requires videos as `(frames, metadata)` pairs): as the call's `kwargs` ask
+    (`do_sample_frames`, or within `videos_kwargs`), else as it was saved."""
+    videos_kwargs = kwargs.get("videos_kwargs")
+    asked = kwargs.get("do_sample_frames", videos_kwargs.get("do_sample_frames") if isinstance(videos_kwargs, Mapping) else None)
+    if asked is not None:
+        return bool(asked)
     return bool(getattr(getattr(processor, "video_processor", None), "do_sample_frames", False))
 
 
@@ -133,7 +138,7 @@ def video_metadata_asked(processor: Any, media: Mapping[str, Any], kwargs: Mappi
     `media` holds videos it samples frames of: the processor's placeholder step may read it
     without asking itself (Cosmos3-Edge's and MUSE-Glimmer's `replace_video_token`; Qwen3-VL's
     asks in its defaults). Nothing where the caller's `kwargs` already say."""
-    if "videos" not in media or not needs_video_metadata(processor) or {"return_metadata", "videos_kwargs"} & kwargs.keys():
+    if "videos" not in media or not needs_video_metadata(processor, kwargs) or {"return_metadata", "videos_kwargs"} & kwargs.keys():
         return {}
     return {"videos_kwargs": {"return_metadata": True}}
 

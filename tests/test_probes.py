@@ -149,6 +149,27 @@ def test_a_sampling_video_processor_is_asked_for_metadata_which_is_dropped_again
     assert "videos_kwargs" not in sent[-1]
 
 
+def test_sampling_asked_per_request_needs_metadata_as_a_saved_one_does(zoo):
+    """`do_sample_frames` in the call's kwargs (or its `videos_kwargs`) decides over the
+    saved setting: validate's reference for Qwen3-Omni's 1 fps per request gave transformers
+    no metadata, which refused the case, and the case read as not applicable."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.probes import needs_video_metadata
+
+    processor = AutoProcessor.from_pretrained(zoo("qwen2_vl"))
+    processor.video_processor.do_sample_frames = False
+    assert not needs_video_metadata(processor)
+    assert needs_video_metadata(processor, {"do_sample_frames": True, "fps": 1})
+    assert needs_video_metadata(processor, {"videos_kwargs": {"do_sample_frames": True}})
+    processor.video_processor.do_sample_frames = True
+    assert needs_video_metadata(processor, {"fps": 1})
+    assert not needs_video_metadata(processor, {"do_sample_frames": False})
+    case = parity.Case("video", 112, num_videos=1, processor_kwargs='{"do_sample_frames": false}')
+    assert "video_metadata" not in parity.media_kwargs(processor, case)
+    assert "video_metadata" in parity.media_kwargs(processor, parity.standard_cases(112)["video"])
+
+
 def test_probe_failure_names_the_modality_and_the_processor_error(zoo):
     """Asking for more frames than a blank video may hold: video cannot be probed, image can."""
     from transformers import AutoProcessor

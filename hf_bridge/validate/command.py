@@ -41,7 +41,9 @@ VERDICT_PREFIX = "VERDICT "
 VIEW_PREFIX = "VIEW "
 """A worker's line holding one case's prompt as its processor placed it (HTML)."""
 WORKER_TIMEOUT = 900
-TEXT_ONLY_PROCESSING = "no media: vLLM tokenizes the prompt without its multimodal processor (decoding compares the ids)"
+NO_MEDIA = "no media"
+"""Why a stage does not apply to a case without items."""
+TEXT_ONLY_PROCESSING = f"{NO_MEDIA}: vLLM tokenizes the prompt without its multimodal processor (decoding compares the ids)"
 
 
 def selected_cases(
@@ -275,7 +277,7 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_
     from .encoder import TRANSFORMERS_RAISED
 
     if not case.media_counts:
-        return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, "no media")
+        return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, NO_MEDIA)
     if isinstance(reference, str) and reference.startswith(TRANSFORMERS_RAISED) and transformers_ran:
         return Verdict(impl, case.name, "encoder", NOT_CHECKED,
                        f"{reference}; yet transformers generated this case's references, so its rows could not be taken")

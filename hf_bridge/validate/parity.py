@@ -315,7 +315,7 @@ def media_kwargs(processor, case: Case) -> dict[str, list]:
         kwargs["images"] = case.images
     if case.num_videos:
         kwargs["videos"] = case.videos
-        if needs_video_metadata(processor):
+        if needs_video_metadata(processor, case.mm_processor_kwargs):
             kwargs["video_metadata"] = [video_metadata(len(v)) for v in kwargs["videos"]]
     if case.num_audios:
         kwargs["audio"] = case.audios(audio_sampling_rate(processor))
@@ -439,7 +439,7 @@ def vllm_request(processor, case: Case) -> dict:
         mm["image"] = case.images if case.num_images > 1 else case.images[0]
     if case.num_videos:
         videos = case.videos
-        if needs_video_metadata(processor):
+        if needs_video_metadata(processor, case.mm_processor_kwargs):
             videos = [(v, {**video_metadata(len(v)), "do_sample_frames": True}) for v in videos]
         mm["video"] = videos if case.num_videos > 1 else videos[0]
     if case.num_audios:
