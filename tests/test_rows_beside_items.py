@@ -31,6 +31,15 @@ def _probe(model_dir):
     return probes.ProcessorProbe(processor, processor.tokenizer, config, call=lambda data, kw: processor(**data, **kw, return_tensors="pt"))
 
 
+def _asked_ids(probe):
+    """(an ordinary token's id and every added one's below the vocabulary size, that size),
+    as the model asks them at load."""
+    vocab_size = probe.config.get_text_config().vocab_size
+    added = sorted(i for i in probe.tokenizer.added_tokens_decoder if i < vocab_size)
+    ordinary = next(i for i in range(vocab_size) if i not in added)
+    return torch.tensor([ordinary, *added]), vocab_size
+
+
 def test_the_token_the_config_names_is_typed_where_the_processor_types_none(ovis2):
     probe = _probe(ovis2)
     case = parity.standard_cases(64)["one_image"]
@@ -49,10 +58,7 @@ def test_indicator_rows_are_the_forwards_own_and_learnt_beside_an_image_only(ovi
 
     probe = _probe(ovis2)
     model = AutoModel.from_pretrained(ovis2, dtype=torch.float32).eval()
-    vocab_size = probe.config.get_text_config().vocab_size
-    added = sorted(i for i in probe.tokenizer.added_tokens_decoder if i < vocab_size)
-    ordinary = next(i for i in range(vocab_size) if i not in added)
-    ids = torch.tensor([ordinary, *added])
+    ids, vocab_size = _asked_ids(probe)
     table = model.get_input_embeddings()(ids)
     served = torch.ones(len(ids), dtype=torch.bool)
     alone, every_token = learn_token_rows(ids, features.handed_to_decoder(model, ids[None], {}), {EMBEDS: (table, served)}, vocab_size)
@@ -83,10 +89,7 @@ def test_a_forward_that_builds_no_rows_beside_an_item_is_asked_once(zoo, monkeyp
     model_dir = zoo("llava")
     probe = _probe(model_dir)
     model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
-    vocab_size = probe.config.get_text_config().vocab_size
-    added = sorted(i for i in probe.tokenizer.added_tokens_decoder if i < vocab_size)
-    ordinary = next(i for i in range(vocab_size) if i not in added)
-    ids = torch.tensor([ordinary, *added])
+    ids, vocab_size = _asked_ids(probe)
     asked = []
     handed_after = module._handed_after
     monkeypatch.setattr(module, "_handed_after", lambda *args: asked.append(args[2]) or handed_after(*args))
