@@ -8,8 +8,9 @@ into every image's expansion. So, for each modality the processor takes, the for
 asked again with the added ids (but that modality's media tokens) after one processed blank
 item, once per `ITEM_FILLS`, and the rows every item agrees on are kept
 (`forward_token_rows.agreed_rows`). Where beside the first item every row is what the
-ids alone get (every checkpoint but Ovis2's so far), the second is not forwarded. A tiling processor's blank holds no `<IMG_COL>`: every
-added id is asked, not only those a blank's expansion holds.
+ids alone get (every checkpoint but Ovis2's so far), the second is not forwarded. A tiling
+processor's blank holds no `<IMG_COL>`: every added id is asked, not only those a blank's
+expansion holds.
 """
 
 from __future__ import annotations

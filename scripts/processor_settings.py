@@ -227,7 +227,11 @@ def main() -> None:
             verdicts = []
             for impl in args.impls:
                 code, others, seconds = check(setting, Path(scratch), impl)
-                verdicts.append(("pass" + (f" ({others})" if others else "") if code == 0 else f"exit {code}: {others}").replace("|", "\\|"))
+                if code == 0:
+                    verdict = f"pass ({others})" if others else "pass"
+                else:
+                    verdict = f"exit {code}: {others}"
+                verdicts.append(verdict.replace("|", "\\|"))
                 print(f"{setting.name} / {impl}: {verdicts[-1]} ({seconds:.0f} s)", flush=True)
             rows.append(f"| {setting.arch} | {setting.what} | {how(setting)} | {', '.join(setting.stages)} | {' | '.join(verdicts)} |")
     if args.out:
