@@ -21,7 +21,7 @@ media positions only (`apply_beside_media`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -116,6 +116,15 @@ ROUNDING_TOLERANCE = 1e-5
 """Relative and absolute: a row built beside an item this close to the one built without
 is the same row computed in another batch shape (Gemma 3n's media markers, 3.6e-7 apart),
 not one the forward builds otherwise."""
+
+
+def asked_ids(added: Iterable[int], vocab_size: int) -> list[int] | None:
+    """The ids the forward is asked for at load: an ordinary token's first (its row is the
+    check that per-id rows can follow), then each added token's below `vocab_size`, in
+    order. None where the tokenizer adds none, or adds every id."""
+    added = {i for i in added if i < vocab_size}
+    ordinary = next((i for i in range(vocab_size) if i not in added), None)
+    return None if not added or ordinary is None else [ordinary, *sorted(added)]
 
 
 def beyond_rounding(given: torch.Tensor, alone: torch.Tensor) -> torch.Tensor:

@@ -64,7 +64,7 @@ from .bidirectional import attends_within_media_on_cpu, report_bidirectional_att
 from .checkpoint_layout import transformers_layout
 from .cpu_linear_inputs import contiguous_linear_inputs
 from .embeds import EMBEDS_KEY
-from .forward_token_rows import EMBEDS, TokenRows, apply_beside_media, learn_token_rows
+from .forward_token_rows import EMBEDS, TokenRows, apply_beside_media, asked_ids, learn_token_rows
 from .rows_beside_items import rows_beside_items
 from .head import HFLogitsHead
 from .kept_modules import (kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
@@ -265,12 +265,10 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         from vllm.tokenizers import cached_tokenizer_from_config
 
         vocab_size = self.text_config.vocab_size
-        added = {i for i in cached_tokenizer_from_config(self.model_config).added_tokens_decoder if i < vocab_size}
-        ordinary = next((i for i in range(vocab_size) if i not in added), None)
-        if not added or ordinary is None:
+        asked = asked_ids(cached_tokenizer_from_config(self.model_config).added_tokens_decoder, vocab_size)
+        if asked is None:
             return {}, None
-        device = next(self.model.parameters()).device
-        ids = torch.tensor([ordinary, *sorted(added)], device=device)
+        ids = torch.tensor(asked, device=next(self.model.parameters()).device)
         tables = {EMBEDS: (self.model.get_input_embeddings()(ids), torch.ones_like(ids, dtype=torch.bool))}
         if self.per_layer_token_inputs is not None:
             tables[PER_LAYER_INPUTS_ARG] = self.per_layer_token_inputs.table_rows(ids)

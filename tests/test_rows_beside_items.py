@@ -12,7 +12,7 @@ import torch
 
 from helpers.conditioning import assert_well_conditioned
 from hf_bridge import features, probes
-from hf_bridge.forward_token_rows import EMBEDS, learn_token_rows
+from hf_bridge.forward_token_rows import EMBEDS, asked_ids, learn_token_rows
 from hf_bridge.rows_beside_items import rows_beside_items
 from hf_bridge.validate import parity
 from hf_bridge.validate.reference import cache_references, references
@@ -35,9 +35,7 @@ def _asked_ids(probe):
     """(an ordinary token's id and every added one's below the vocabulary size, that size),
     as the model asks them at load."""
     vocab_size = probe.config.get_text_config().vocab_size
-    added = sorted(i for i in probe.tokenizer.added_tokens_decoder if i < vocab_size)
-    ordinary = next(i for i in range(vocab_size) if i not in added)
-    return torch.tensor([ordinary, *added]), vocab_size
+    return torch.tensor(asked_ids(probe.tokenizer.added_tokens_decoder, vocab_size)), vocab_size
 
 
 def test_the_token_the_config_names_is_typed_where_the_processor_types_none(ovis2):
