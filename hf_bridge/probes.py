@@ -204,7 +204,7 @@ def first_accepted_shape(processor: Any, modality: str, attempt: Callable[[Blank
             raise
         except Exception as exc:  # noqa: BLE001 - the processor refused this blank item
             first_error = first_error or exc
-    cause = _root_cause(first_error) if first_error else ValueError("no blank item")
+    cause = root_cause(first_error) if first_error else ValueError("no blank item")
     raise ProbeError(
         f"{type(processor).__name__} refused every blank {modality} hf_bridge probes it with "
         f"({', '.join(f'{s.width}x{s.height}' + (f'x{s.frames} frames' if modality == 'video' else '') for s in shapes)}); "
@@ -764,7 +764,7 @@ def kwargs_key(hf_kwargs: Mapping[str, object]) -> str:
     return repr(sorted(hf_kwargs.items()))
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The processor's own error under the wrappers (vLLM's "Failed to apply ...")."""
     while exc.__cause__ is not None:
         exc = exc.__cause__

@@ -54,6 +54,7 @@ from .probes import (
 )
 from .side_features import has_side_features
 from .token_inputs import media_need_token_ids
+from .video_metadata import MetadataKeepingParser, with_video_metadata
 
 logger = init_logger(LOGGER_NAME)
 
@@ -262,9 +263,10 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     def get_data_parser(self) -> MultiModalDataParser:
         """vLLM's parser for this processor, taking embedding items as dicts too (`embeds.py`),
-        resampling audio with a method that is installed (`audio_resampling.py`)."""
+        keeping each given video's metadata (`video_metadata.py`), resampling audio with a
+        method that is installed (`audio_resampling.py`)."""
         parser = super().get_data_parser()
-        parser.__class__ = embeds.DictEmbeddingParser  # adds one branch; every setting kept
+        parser.__class__ = MetadataKeepingParser  # adds branches; every setting kept
         parser.audio_resampler.method = installed_resampler(parser.audio_resampler.method)
         return parser
 
@@ -419,6 +421,14 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             return super().get_dummy_mm_inputs(*args, **kwargs)
         finally:
             _DUMMY_REQUEST.reset(token)
+
+    def _get_hf_mm_inputs(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]):
+        """vLLM's, with each video's metadata also where the call asks for frame sampling
+        though the processor was saved not to (`video_metadata.py`)."""
+        hf_inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)
+        if self.info._video_needs_metadata or "videos" not in hf_inputs.hf_data:
+            return hf_inputs  # vLLM's backend passed it on
+        return with_video_metadata(hf_inputs, needs_video_metadata(self.info.probes.processor, hf_inputs.hf_kwargs))
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
         request_keys = frozenset(hf_kwargs)  # the request's own processor kwargs; vLLM adds its tokenizer's next

@@ -155,6 +155,10 @@ SETTINGS = [
             per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
     Setting("qwen3_omni_moe-1-fps-per-request", "qwen3_omni_moe", "video frames sampled at 1 fps, per request",
             per_request={"do_sample_frames": True, "fps": 1, "min_frames": 2}),
+    Setting("qwen2_5_vl-1-fps-per-request", "qwen2_5_vl", "video frames sampled at 1 fps, per request: its seconds per temporal patch",
+            per_request={"do_sample_frames": True, "fps": 1, "min_frames": 2}),
+    Setting("llava_onevision-1-fps-per-request", "llava_onevision", "video frames sampled at 1 fps, per request",
+            per_request={"do_sample_frames": True, "fps": 1}),
     Setting("aria-split-per-request", "aria", "images split into crops beside the whole, per request",
             per_request={"split_image": True}),
 ]
@@ -231,7 +235,7 @@ def main() -> None:
                     verdict = f"pass ({others})" if others else "pass"
                 else:
                     verdict = f"exit {code}: {others}"
-                verdicts.append(verdict.replace("|", "\\|"))
+                verdicts.append(" ".join(verdict.split()).replace("|", "\\|"))  # one table cell: a processor's error may span lines
                 print(f"{setting.name} / {impl}: {verdicts[-1]} ({seconds:.0f} s)", flush=True)
             rows.append(f"| {setting.arch} | {setting.what} | {how(setting)} | {', '.join(setting.stages)} | {' | '.join(verdicts)} |")
     if args.out:

@@ -717,3 +717,22 @@ def test_encoder_rows_transformers_refused_but_generated_from_are_not_checked():
     unseen = command._encoder_verdict("hf_bridge", case, refused, None, None, transformers_ran=True)
     assert unseen.outcome == stages.NOT_CHECKED and unseen.detail.startswith(refused), unseen
     assert command._encoder_verdict("hf_bridge", case, refused, None, None, transformers_ran=False).outcome == stages.NOT_APPLICABLE
+
+
+def test_a_processing_failure_is_named_by_the_processors_error_not_its_data(zoo):
+    """vLLM wraps the HF processor's error in one that reprs the call's data (a video's
+    pixels); the verdict, cut to a table cell by `scripts/processor_settings.py`, showed only those."""
+    from hf_bridge.inspect import build_processor
+    from hf_bridge.validate.command import processor_raised
+    from hf_bridge.validate.parity import test_video
+
+    info = build_processor(zoo("qwen2_vl")).info
+    with pytest.raises(ValueError) as raised:
+        info.ctx.call_hf_processor(info.get_hf_processor(), {"text": "<|video_pad|>", "videos": [test_video()]},
+                                   {"do_sample_frames": True, "fps": 1})
+    assert "array(" in str(raised.value)
+    message = processor_raised(raised.value)
+    assert message.startswith("vLLM's processor raised ValueError: Failed to apply Qwen2VLProcessor: ValueError: "
+                              "Asked to sample `fps` frames per second but no video metadata was provided"), message
+    assert "array(" not in message
+    assert processor_raised(TypeError("one line")) == "vLLM's processor raised TypeError: one line"

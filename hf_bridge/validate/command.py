@@ -147,6 +147,23 @@ def emit_view(impl: str, case: str, inspection) -> None:
     print(VIEW_PREFIX + json.dumps({"impl": impl, "case": case, "html": inspection._repr_html_()}), flush=True)
 
 
+VLLM_CALL_DATA = " on data="
+"""Where vLLM's "Failed to apply <processor> on data=... with kwargs=..." turns to the data."""
+
+
+def processor_raised(error: BaseException) -> str:
+    """What vLLM's processor raised. vLLM's wrapper of the HF processor's error names the
+    call with its data's whole repr (arrays of pixels), and the processor's own error,
+    which says what is wrong, stands in its place."""
+    from ..probes import root_cause
+
+    message = str(error)
+    if VLLM_CALL_DATA in message and error.__cause__ is not None:
+        cause = root_cause(error)
+        message = f"{message.split(VLLM_CALL_DATA)[0]}: {type(cause).__name__}: {cause}"
+    return f"vLLM's processor raised {type(error).__name__}: {message}"
+
+
 def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None, hf_processor, processor) -> None:
     """vLLM's prompt ids and item ranges (from `processor`, vLLM's) against the HF
     processor's, and the embedding positions its items announce against the rows the HF
@@ -176,7 +193,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
                 for _ in range(2)
             )
         except Exception as error:  # noqa: BLE001 - vLLM's processing refused what HF accepts
-            emit(Verdict(impl, case.name, "processing", FAIL, f"vLLM's processor raised {type(error).__name__}: {error}"))
+            emit(Verdict(impl, case.name, "processing", FAIL, processor_raised(error)))
             continue
         emit_view(impl, case.name, inspection.Inspection.of(processor, view))
         types = hf.get("mm_token_type_ids")

@@ -1,0 +1,47 @@
+"""Each video's metadata (its fps, its frames' indices), kept wherever it is given.
+
+vLLM's parser keeps a video's metadata, and vLLM's Transformers backend hands it to the HF
+processor, only where the processor was saved to sample frames (`_video_needs_metadata`).
+A request may ask for sampling itself (`mm_processor_kwargs={"do_sample_frames": True,
+"fps": 1}`): the processor then needs the metadata too, and refused the request without it.
+Here the parser keeps it whenever given, so that it also keys the processor cache, and it
+reaches the processor wherever the call samples frames (`probes.needs_video_metadata`), as
+transformers is called; elsewhere it stays out, as before.
+"""
+
+from __future__ import annotations
+
+from vllm.multimodal.parse import VideoProcessorItems
+from vllm.multimodal.processing.processor import HFMultiModalInputs
+
+from .embeds import DictEmbeddingParser
+
+SAMPLING_FLAG = "do_sample_frames"
+"""What vLLM's video loader adds to a video's metadata: a flag for the processor call, not
+metadata, so never handed on as such (as vLLM's backend drops it)."""
+
+
+class MetadataKeepingParser(DictEmbeddingParser):
+    """vLLM's parser (with embedding dicts), keeping each given video's metadata beside its
+    frames where vLLM would drop it, in the `(frames, metadata)` pair vLLM keeps otherwise."""
+
+    def _parse_video_data(self, data):
+        items = super()._parse_video_data(data)
+        if self.video_needs_metadata or not isinstance(items, VideoProcessorItems) or not isinstance(items.metadata, list):
+            return items
+        kept = [video if metadata is None else (video, metadata) for video, metadata in zip(items.data, items.metadata)]
+        return VideoProcessorItems(kept, metadata=items.metadata)
+
+
+def with_video_metadata(hf_inputs: HFMultiModalInputs, sampled: bool) -> HFMultiModalInputs:
+    """`hf_inputs` with the kept pairs split into frames and, where the call samples frames
+    (`sampled`) and every video came with its metadata, the `video_metadata` the processor
+    takes. Without it the processor decides, as before: sampling to a number of frames needs
+    none, and sampling by time is refused with the processor's own error."""
+    pairs = [video if isinstance(video, tuple) else (video, None) for video in hf_inputs.hf_data["videos"]]
+    hf_inputs.hf_data["videos"] = [frames for frames, _ in pairs]
+    if sampled and all(metadata is not None for _, metadata in pairs):
+        hf_inputs.hf_data["video_metadata"] = [
+            {k: v for k, v in metadata.items() if k != SAMPLING_FLAG} for _, metadata in pairs
+        ]
+    return hf_inputs
