@@ -119,6 +119,16 @@ def processor_kwargs_refused(exc: BaseException) -> str:
     )
 
 
+def video_sampled_twice(index: int, kept: int, total: int) -> str:
+    return (
+        f"Video {index} of this request holds {kept} of its {total} frames: vLLM's video loader sampled it "
+        "already (its `num_frames`, 32 unless `media_io_kwargs` say otherwise), and the processor kwargs ask "
+        "the processor to sample frames too (do_sample_frames), by the whole video's frame count. Have vLLM "
+        "load every frame (`--media-io-kwargs '{\"video\": {\"num_frames\": -1}}'`, or the request's "
+        "`media_io_kwargs`), or leave do_sample_frames out of `mm_processor_kwargs` to keep the frames vLLM loaded."
+    )
+
+
 def audio_clip_cut(index: int, seconds: float, longest: float, processor: Any) -> str:
     return (
         f"Audio {index} of this request lasts {seconds:.1f} s, and {type(processor).__name__} keeps at most "

@@ -54,7 +54,7 @@ from .probes import (
 )
 from .side_features import has_side_features
 from .token_inputs import media_need_token_ids
-from .video_metadata import MetadataKeepingParser, with_video_metadata
+from .video_metadata import MetadataKeepingParser, refuse_sampling_a_part, with_video_metadata
 
 logger = init_logger(LOGGER_NAME)
 
@@ -424,11 +424,17 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
 
     def _get_hf_mm_inputs(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]):
         """vLLM's, with each video's metadata also where the call asks for frame sampling
-        though the processor was saved not to (`video_metadata.py`)."""
+        though the processor was saved not to, and no sampling of frames vLLM's loader
+        sampled already (`video_metadata.py`)."""
         hf_inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)
-        if self.info._video_needs_metadata or "videos" not in hf_inputs.hf_data:
-            return hf_inputs  # vLLM's backend passed it on
-        return with_video_metadata(hf_inputs, needs_video_metadata(self.info.probes.processor, hf_inputs.hf_kwargs))
+        if "videos" not in hf_inputs.hf_data:
+            return hf_inputs
+        sampled = needs_video_metadata(self.info.probes.processor, hf_inputs.hf_kwargs)
+        if not self.info._video_needs_metadata:  # else vLLM's backend passed the metadata on
+            hf_inputs = with_video_metadata(hf_inputs, sampled)
+        if sampled:
+            refuse_sampling_a_part(hf_inputs.hf_data)
+        return hf_inputs
 
     def _apply_hf_processor_main(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]) -> BatchFeature:
         request_keys = frozenset(hf_kwargs)  # the request's own processor kwargs; vLLM adds its tokenizer's next

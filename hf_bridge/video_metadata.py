@@ -14,6 +14,7 @@ from __future__ import annotations
 from vllm.multimodal.parse import VideoProcessorItems
 from vllm.multimodal.processing.processor import HFMultiModalInputs
 
+from . import errors
 from .embeds import DictEmbeddingParser
 
 SAMPLING_FLAG = "do_sample_frames"
@@ -45,3 +46,14 @@ def with_video_metadata(hf_inputs: HFMultiModalInputs, sampled: bool) -> HFMulti
             {k: v for k, v in metadata.items() if k != SAMPLING_FLAG} for _, metadata in pairs
         ]
     return hf_inputs
+
+
+def refuse_sampling_a_part(hf_data: dict) -> None:
+    """Refuse to have the processor sample a video of which vLLM's loader kept only some
+    frames (its `num_frames`, 32 by default): the processor picks indices over the whole
+    video's frame count from its metadata, which would index past the frames kept, or pick
+    other frames than transformers would from the whole video."""
+    for index, (frames, metadata) in enumerate(zip(hf_data["videos"], hf_data.get("video_metadata") or ())):
+        total = metadata.get("total_num_frames") if isinstance(metadata, dict) else None
+        if isinstance(total, int) and len(frames) < total:
+            raise ValueError(errors.video_sampled_twice(index, len(frames), total))

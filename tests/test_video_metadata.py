@@ -67,3 +67,39 @@ def test_frames_alone_are_sampled_as_the_processor_can_without_metadata(qwen2_vl
     assert two_frames.items[0].data["video.video_grid_thw"].tolist() == [[1, 8, 8]]
     with pytest.raises(ProcessorKwargsRefused, match=r"Asked to sample `fps` frames per second but no video metadata was provided"):
         inspect_prompt(qwen2_vl, prompt, {"video": VIDEO}, SAMPLED)
+
+
+def _served(frames, num_frames: int):
+    """`frames` as vLLM's front end holds a served video: written to MP4 and read back by
+    its OpenCV loader, which keeps at most `num_frames` of them."""
+    from vllm.multimodal.media import ImageMediaIO, VideoMediaIO
+
+    from hf_bridge.server import video_data_url
+
+    encoded = video_data_url(frames).split(",", 1)[1]
+    return VideoMediaIO(ImageMediaIO(), num_frames=num_frames).load_base64("video/mp4", encoded)
+
+
+def test_a_served_video_is_sampled_by_its_loaded_metadata(qwen2_vl):
+    hf_processor = qwen2_vl.info.get_hf_processor()
+    prompt = parity.prompt_text(hf_processor, CASE)
+    served = _served(parity.test_video(num_frames=8), num_frames=32)
+    frames, metadata = served.media
+    assert len(frames) == metadata["total_num_frames"] == 8 and metadata["fps"] == 2.0
+    view = inspect_prompt(qwen2_vl, prompt, {"video": [served]}, SAMPLED)
+    as_given = {k: v for k, v in metadata.items() if k != "do_sample_frames"}  # the loader's flag, not metadata
+    reference = hf_processor(text=[prompt], videos=[frames], video_metadata=[as_given], **SAMPLED, return_tensors="pt")
+    assert view.prompt_ids == reference["input_ids"][0].tolist()
+    assert view.items[0].data["video.video_grid_thw"].tolist() == reference["video_grid_thw"].tolist() == [[2, 8, 8]]
+
+
+def test_sampling_frames_the_loader_sampled_already_is_refused_with_the_fix(qwen2_vl):
+    """The processor would pick indices over the whole video's 8 frames from the 4 kept."""
+    prompt = parity.prompt_text(qwen2_vl.info.get_hf_processor(), CASE)
+    served = _served(parity.test_video(num_frames=8), num_frames=4)
+    assert len(served.media[0]) == 4 and served.media[1]["total_num_frames"] == 8
+    with pytest.raises(ValueError, match=r"Video 0 of this request holds 4 of its 8 frames: vLLM's video loader sampled it "
+                                         r"already .*load every frame .*num_frames.*: -1"):
+        inspect_prompt(qwen2_vl, prompt, {"video": [served]}, SAMPLED)
+    kept = inspect_prompt(qwen2_vl, prompt, {"video": [served]})  # the frames vLLM loaded, as they are
+    assert kept.items[0].data["video.video_grid_thw"].tolist() == [[2, 8, 8]]
