@@ -214,10 +214,12 @@ def first_accepted_shape(processor: Any, modality: str, attempt: Callable[[Blank
 
 def blank_items(
     processor: Any, modality: str, count: int, shape: BlankShape, seconds: float = AUDIO_SECONDS, fill: int = 0,
+    kwargs: Mapping[str, object] = {},
 ) -> dict[str, list]:
     """`count` blank items of `modality`, keyed as `ProcessorMixin.__call__` takes them;
     clips last `seconds`. Every pixel holds `fill` (0-255) in each channel, every sample
-    `fill / 255`."""
+    `fill / 255`. Videos come with their metadata where a call with `kwargs` (the engine's
+    and the request's) samples frames."""
     import numpy as np
     from PIL import Image
 
@@ -226,7 +228,7 @@ def blank_items(
     if modality == "video":
         videos = [np.full((shape.frames, shape.height, shape.width, 3), fill, dtype=np.uint8) for _ in range(count)]
         items: dict[str, list] = {"videos": videos}
-        if needs_video_metadata(processor):
+        if needs_video_metadata(processor, kwargs):
             items["video_metadata"] = [video_metadata(shape.frames) for _ in range(count)]
         return items
     if modality == "audio":
@@ -470,7 +472,7 @@ class ProcessorProbe:
         `hf_kwargs` (`writes_prompt`), read off a blank item's probe the first time."""
         key = (modality, kwargs_key(hf_kwargs))
         if key not in self._cores:
-            self.probe(modality, self.blank(modality), hf_kwargs)
+            self.probe(modality, self.blank(modality, hf_kwargs=hf_kwargs), hf_kwargs)
         return self._cores[key]
 
     def written_prompt(self, prompt: list[int], counts: Mapping[str, int], hf_kwargs: Mapping[str, object]) -> list[int]:
@@ -536,7 +538,7 @@ class ProcessorProbe:
         outputs = []
         for width, height in sizes:
             try:
-                out, _ = self.probe(modality, self.blank(modality, width=width, height=height), hf_kwargs)
+                out, _ = self.probe(modality, self.blank(modality, width=width, height=height, hf_kwargs=hf_kwargs), hf_kwargs)
             except Exception:  # noqa: BLE001 - a processor may refuse a size: the others tell
                 continue
             outputs.append(pixel_sides.tensor_shapes(out))
@@ -561,7 +563,7 @@ class ProcessorProbe:
     def _number_window(self, modality: str, index: int, hf_kwargs: Mapping[str, object], key: str) -> numbering.NumberWindow | None:
         if (modality, key, index) not in self._number_windows:
             self._number_windows[modality, key, index] = numbering.number_window(
-                self.probe(modality, self.blank(modality), hf_kwargs)[1].token_ids,
+                self.probe(modality, self.blank(modality, hf_kwargs=hf_kwargs), hf_kwargs)[1].token_ids,
                 self._blank_expansion_at(modality, index, hf_kwargs),
             )
         return self._number_windows[modality, key, index]
@@ -573,9 +575,9 @@ class ProcessorProbe:
         count = index + 2
         text = (self.placeholder_text(modality) + PROBE_SENTINEL) * count
         try:
-            ids = self.call_one_item(text, self.blank(modality, count), hf_kwargs)["input_ids"][0].tolist()
+            ids = self.call_one_item(text, self.blank(modality, count, hf_kwargs=hf_kwargs), hf_kwargs)["input_ids"][0].tolist()
         except Exception:  # noqa: BLE001 - a processor that takes one item per prompt (Fuyu) numbers none
-            return list(self.probe(modality, self.blank(modality), hf_kwargs)[1].token_ids)
+            return list(self.probe(modality, self.blank(modality, hf_kwargs=hf_kwargs), hf_kwargs)[1].token_ids)
         sentinel = self.tokenizer.encode(PROBE_SENTINEL, add_special_tokens=False)
         starts = placeholders.find_all_sublists(ids, sentinel)
         if len(starts) != count:
@@ -598,25 +600,27 @@ class ProcessorProbe:
         video's frames as videos); the per-sample layout is what every processor
         accepts for a batch of one, so it is tried when the flat one is refused.
         """
-        asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, hf_kwargs)}
+        merged = {**self.default_kwargs, **hf_kwargs}  # as the call merges the engine's kwargs
+        asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, merged)}
         try:
-            return without_asked_metadata(self.call({"text": text, **item, **asked}, hf_kwargs), hf_kwargs)
+            return without_asked_metadata(self.call({"text": text, **item, **asked}, hf_kwargs), merged)
         except ValueError as flat_error:
             nested = {"text": [text], **{k: [v] for k, v in item.items()}, **asked}
             try:
-                return without_asked_metadata(self.call(nested, hf_kwargs), hf_kwargs)
+                return without_asked_metadata(self.call(nested, hf_kwargs), merged)
             except ValueError:
                 raise flat_error  # noqa: B904 - its cause is the processor's own error
 
     def blank(
         self, modality: str, count: int = 1, width: int | None = None, height: int | None = None,
-        frames: int | None = None, seconds: float = AUDIO_SECONDS,
+        frames: int | None = None, seconds: float = AUDIO_SECONDS, hf_kwargs: Mapping[str, object] = {},
     ):
         """`count` blank items of the shape this processor accepts (see `BLANK_SHAPES`),
-        with any of its sides (a clip's length) replaced."""
+        with any of its sides (a clip's length) replaced, for a call with the request's
+        `hf_kwargs`."""
         shape = self.blank_shape(modality)
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
-        return blank_items(self.processor, modality, count, shape, seconds)
+        return blank_items(self.processor, modality, count, shape, seconds, kwargs={**self.default_kwargs, **hf_kwargs})
 
     def blank_placeholder_length(
         self, modality: str, width: int | None = None, height: int | None = None,
@@ -667,7 +671,7 @@ class ProcessorProbe:
         sentinel = self.tokenizer.encode(sentinel_text, add_special_tokens=False)
         hf_kwargs = self.default_kwargs
         placeholder = self.placeholder_text(modality)
-        one_blank = blank_items(self.processor, modality, 1, shape)
+        one_blank = blank_items(self.processor, modality, 1, shape, kwargs=hf_kwargs)
         placeholder_probe = self.tokenizer.encode(placeholder)
         text_before = placeholder_probe[: placeholders.find_sublist(placeholder_probe, self.placeholder_ids(modality)) or 0]
         try:
@@ -684,7 +688,7 @@ class ProcessorProbe:
         two = None
         if not inserts:
             try:
-                two_blank = blank_items(self.processor, modality, 2, shape)
+                two_blank = blank_items(self.processor, modality, 2, shape, kwargs=hf_kwargs)
                 two = self.call_one_item((placeholder + sentinel_text) * 2, two_blank, hf_kwargs)["input_ids"][0].tolist()
             except Exception:  # noqa: BLE001 - a processor may take one item per prompt (Fuyu)
                 two = None
@@ -700,7 +704,7 @@ class ProcessorProbe:
         for count in (1, 2):
             text = placeholder * count
             try:
-                with_items = self.call_one_item(text, blank_items(self.processor, modality, count, shape), self.default_kwargs)
+                with_items = self.call_one_item(text, blank_items(self.processor, modality, count, shape, kwargs=self.default_kwargs), self.default_kwargs)
                 alone = self.call({"text": text}, self.default_kwargs)
             except Exception:  # noqa: BLE001 - it cannot run one of them: not what it does
                 return False

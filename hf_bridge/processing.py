@@ -146,6 +146,12 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             return False
         return True
 
+    @cached_property
+    def _video_needs_metadata(self) -> bool:
+        """vLLM's, following the engine's `mm_processor_kwargs` too (`do_sample_frames`), as
+        every call does: vLLM then asks each video's metadata, and hands it on."""
+        return needs_video_metadata(self.get_hf_processor(), self.engine_processor_kwargs)
+
     @property
     def engine_processor_kwargs(self) -> dict[str, object]:
         """The engine's `mm_processor_kwargs`, which vLLM hands every processor call."""
@@ -306,7 +312,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         refuses a video with fewer (Gemma 4's samples 32, where vLLM's count gave 16)."""
         counted = super().get_num_frames_with_most_features(seq_len, mm_counts)
         processor = self.probes.processor
-        asked = frames_asked_for(processor) if needs_video_metadata(processor) else None
+        asked = frames_asked_for(processor) if self._video_needs_metadata else None
         return max(counted, asked or 0)
 
     def get_max_video_tokens(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
@@ -429,7 +435,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         hf_inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)
         if "videos" not in hf_inputs.hf_data:
             return hf_inputs
-        sampled = needs_video_metadata(self.info.probes.processor, hf_inputs.hf_kwargs)
+        sampled = needs_video_metadata(self.info.probes.processor, self.info.ctx.get_merged_mm_kwargs(hf_inputs.hf_kwargs))
         if not self.info._video_needs_metadata:  # else vLLM's backend passed the metadata on
             hf_inputs = with_video_metadata(hf_inputs, sampled)
         if sampled:
@@ -464,7 +470,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             raise ValueError(errors.embeds_without_side_features(modality, self.info.get_hf_processor()))
         probes = self.info.probes
         sides = embeds.blank_sides(item, *embeds.patch_sizes(probes.processor, modality))
-        out, expansion = self._probe_item(modality, index, probes.blank(modality, 1, *sides), hf_kwargs, request_keys)
+        out, expansion = self._probe_item(modality, index, probes.blank(modality, 1, *sides, hf_kwargs=hf_kwargs), hf_kwargs, request_keys)
         embeds.check_item(modality, index, item, expansion.num_embeds, out, sides)
         return BatchFeature(item), expansion
 

@@ -83,7 +83,8 @@ def _processed_blanks(probe: probes.ProcessorProbe, modality: str) -> list[Any] 
     the first blank shape it accepts; None where it accepts none."""
     def processed(shape: probes.BlankShape) -> list[Any]:
         return [probe.call_one_item(probe.placeholder_text(modality),
-                                    probes.blank_items(probe.processor, modality, 1, shape, fill=fill), probe.default_kwargs)
+                                    probes.blank_items(probe.processor, modality, 1, shape, fill=fill, kwargs=probe.default_kwargs),
+                                    probe.default_kwargs)
                 for fill in ITEM_FILLS]
 
     try:

@@ -103,3 +103,20 @@ def test_sampling_frames_the_loader_sampled_already_is_refused_with_the_fix(qwen
         inspect_prompt(qwen2_vl, prompt, {"video": [served]}, SAMPLED)
     kept = inspect_prompt(qwen2_vl, prompt, {"video": [served]})  # the frames vLLM loaded, as they are
     assert kept.items[0].data["video.video_grid_thw"].tolist() == [[2, 8, 8]]
+
+
+def test_sampling_asked_by_the_engine_asks_each_videos_metadata_as_a_saved_sampler_does(zoo):
+    """The engine's `mm_processor_kwargs` reach every call: its blank videos come with
+    metadata (video input stayed switched off: every blank was refused), and vLLM asks each
+    video's, with the flag its loader sets saying whether the frames are still to sample."""
+    processor = build_processor(zoo("qwen2_vl"), mm_processor_kwargs=SAMPLED)
+    hf_processor = processor.info.get_hf_processor()
+    assert not hf_processor.video_processor.do_sample_frames and processor.info._video_needs_metadata
+    assert "video" in processor.info.supported_mm_limits
+    prompt = parity.prompt_text(hf_processor, CASE)
+    raw = inspect_prompt(processor, prompt, {"video": (VIDEO, {**video_metadata(len(VIDEO)), "do_sample_frames": True})})
+    reference = parity.hf_inputs(hf_processor, CASE)
+    assert raw.prompt_ids == reference["input_ids"][0].tolist()
+    assert raw.items[0].data["video.video_grid_thw"].tolist() == [[1, 8, 8]]
+    with pytest.raises(ValueError, match="Video metadata is required but not found in mm input"):
+        inspect_prompt(processor, prompt, {"video": VIDEO})
