@@ -6,7 +6,11 @@ A request may ask for sampling itself (`mm_processor_kwargs={"do_sample_frames":
 "fps": 1}`): the processor then needs the metadata too, and refused the request without it.
 Here the parser keeps it whenever given, so that it also keys the processor cache, and it
 reaches the processor wherever the call samples frames (`probes.needs_video_metadata`), as
-transformers is called; elsewhere it stays out, as before.
+transformers is called; elsewhere it stays out, as before. (The engine's kwargs asking for
+sampling count as a saved setting: `HFBridgeProcessingInfo._video_needs_metadata`.)
+
+A served video holds at most the frames vLLM's loader kept, while its metadata counts the
+whole video's: a call that samples them again is refused (`refuse_sampling_a_part`).
 """
 
 from __future__ import annotations
