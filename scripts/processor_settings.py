@@ -133,8 +133,9 @@ SETTINGS = [
     Setting("gemma4_unified-fewer-soft-tokens-per-request", "gemma4_unified", "70 soft tokens per image (the default 280), per request",
             per_request={"max_soft_tokens": 70}),
     Setting("muse_glimmer-1-fps", "muse_glimmer", "video frames sampled at 1 fps (the default 2)", video_processor={"fps": 1.0}),
-    Setting("cosmos3_edge-2-frames-per-request", "cosmos3_edge", "video sampled to 2 frames, per request",
-            per_request={"do_sample_frames": True, "num_frames": 2}),
+    # not to a number of frames: transformers refuses `num_frames` beside its saved `fps`
+    Setting("cosmos3_edge-1-fps-per-request", "cosmos3_edge", "video frames sampled at 1 fps (the saved 2), per request",
+            per_request={"fps": 1}),
     Setting("glm4v_moe-1-fps", "glm4v_moe", "video frames sampled at 1 fps", video_processor={"fps": 1}),
     Setting("qwen3_vl_moe-more-pixels-per-request", "qwen3_vl_moe", "16384-65536 pixels per image and video, per request",
             per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
