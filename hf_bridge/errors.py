@@ -13,6 +13,13 @@ _PLURAL = {"image": "images", "video": "videos", "audio": "audios"}
 _ONE = {"image": "an image", "video": "a video", "audio": "an audio clip"}
 
 
+def _processors_error(exc: BaseException) -> str:
+    """The processor's own error, under the one vLLM wraps it in naming the call: its type and first line."""
+    cause = exc.__cause__ or exc
+    reason = str(cause).splitlines()[0][:300] if str(cause) else ""
+    return f"{type(cause).__name__}: {reason}" if reason else type(cause).__name__
+
+
 def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int) -> str:
     return (
         f"The prompt holds {found} {modality} placeholder(s) ({placeholder!r}) but the request "
@@ -40,8 +47,6 @@ def unsupported_modality(modality: str, supported: Mapping[str, Any], processor:
 
 
 def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tuple[int, ...] = ()) -> str:
-    cause = exc.__cause__ or exc
-    reason = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
     if modality == "audio" and len(shape) > 1:  # speech feature extractors take one channel
         fix = f"it holds an array of shape {shape}: send the clip as mono samples (one dimension; average its channels)."
     else:
@@ -49,7 +54,7 @@ def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tup
                "is valid and decodable.")
     return (
         f"{modality.capitalize()} {index} of this request could not be processed by the model's "
-        f"HF processor ({type(cause).__name__}: {reason}). Send {_ONE.get(modality, modality)} the processor "
+        f"HF processor ({_processors_error(exc)}). Send {_ONE.get(modality, modality)} the processor "
         f"takes: {fix}"
     )
 
@@ -110,11 +115,9 @@ def _media_problem(modality: str, item: Any) -> str | None:
 
 
 def processor_kwargs_refused(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc  # vLLM wraps the processor's own error in one naming the call
-    reason = str(cause).splitlines()[0][:300] if str(cause) else ""
     return (
-        f"The model's HF processor refused a value of the processor kwargs ({type(cause).__name__}: "
-        f"{reason}). Fix the value it names, or leave that key out of `mm_processor_kwargs` (the "
+        f"The model's HF processor refused a value of the processor kwargs ({_processors_error(exc)}). "
+        "Fix the value it names, or leave that key out of `mm_processor_kwargs` (the "
         "request's or the engine's) to keep the checkpoint's own setting."
     )
 
@@ -126,6 +129,19 @@ def video_sampled_twice(index: int, kept: int, total: int) -> str:
         "the processor to sample frames too (do_sample_frames), by the whole video's frame count. Have vLLM "
         "load every frame (`--media-io-kwargs '{\"video\": {\"num_frames\": -1}}'`, or the request's "
         "`media_io_kwargs`), or leave do_sample_frames out of `mm_processor_kwargs` to keep the frames vLLM loaded."
+    )
+
+
+def video_sampled_without_metadata(index: int, exc: BaseException) -> str:
+    return (
+        f"Video {index} of this request could not be processed by the model's HF processor "
+        f"({_processors_error(exc)}). The processor kwargs ask it to sample frames by time (`fps`), "
+        "which needs each video's frame rate and frame count, and the video reached it without its metadata "
+        "(a request's videos go to the processor with their metadata only when every one of them has it). "
+        "Send every video as a `(frames, metadata)` pair, such as "
+        "`(frames, {\"fps\": 24.0, \"total_num_frames\": len(frames), \"frames_indices\": list(range(len(frames)))})`, "
+        "or by URL (vLLM's video loader gives the metadata), or ask for a number of frames instead "
+        "(`mm_processor_kwargs={\"num_frames\": N}`), which needs no metadata."
     )
 
 

@@ -133,6 +133,21 @@ def needs_video_metadata(processor: Any, kwargs: Mapping[str, object] = {}) -> b
     return bool(getattr(getattr(processor, "video_processor", None), "do_sample_frames", False))
 
 
+def samples_by_time(processor: Any, kwargs: Mapping[str, object] = {}) -> bool:
+    """Whether the video processor samples frames by time (an `fps`, no `num_frames`), as
+    transformers' `BaseVideoProcessor.sample_frames` reads them: that needs each video's
+    metadata (its frame rate and frame count), where a number of frames needs none."""
+    if not needs_video_metadata(processor, kwargs):
+        return False
+    videos_kwargs = kwargs.get("videos_kwargs") if isinstance(kwargs.get("videos_kwargs"), Mapping) else {}
+    saved = getattr(processor, "video_processor", None)
+
+    def setting(name: str) -> object:
+        return kwargs.get(name, videos_kwargs.get(name, getattr(saved, name, None)))
+
+    return setting("num_frames") is None and setting("fps") is not None
+
+
 def video_metadata_asked(processor: Any, media: Mapping[str, Any], kwargs: Mapping[str, object]) -> dict[str, Any]:
     """The processor argument asking its video processor for each video's metadata, where
     `media` holds videos it samples frames of: the processor's placeholder step may read it
@@ -372,15 +387,19 @@ class ProcessorProbe:
     """Learns, by calling an HF processor, where its items go in a prompt.
 
     `call(data, hf_kwargs)` runs the processor (vLLM's context does it for the engine);
-    `default_kwargs` are the processor kwargs frames are learnt with.
+    `default_kwargs` are the processor kwargs frames are learnt with; `merge(hf_kwargs)`
+    gives the kwargs a call reaches the processor with (vLLM's context merges the engine's
+    into nested `videos_kwargs` too), by default the defaults updated by `hf_kwargs`.
     """
 
-    def __init__(self, processor: Any, tokenizer: Any, config: Any, call: Call, default_kwargs: Mapping[str, object] = {}):
+    def __init__(self, processor: Any, tokenizer: Any, config: Any, call: Call, default_kwargs: Mapping[str, object] = {},
+                 merge: Callable[[Mapping[str, object]], Mapping[str, object]] | None = None):
         self.processor = processor
         self.tokenizer = tokenizer
         self.config = config
         self.call = call
         self.default_kwargs = dict(default_kwargs)
+        self.merge = merge or (lambda hf_kwargs: {**self.default_kwargs, **hf_kwargs})
         self._placeholder_ids: dict[str, list[int]] = {}
         self._frames: dict[str, frame.PromptFrame] = {}
         self._blank_shapes: dict[str, BlankShape] = {}
@@ -600,7 +619,7 @@ class ProcessorProbe:
         video's frames as videos); the per-sample layout is what every processor
         accepts for a batch of one, so it is tried when the flat one is refused.
         """
-        merged = {**self.default_kwargs, **hf_kwargs}  # as the call merges the engine's kwargs
+        merged = self.merge(hf_kwargs)
         asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, merged)}
         try:
             return without_asked_metadata(self.call({"text": text, **item, **asked}, hf_kwargs), merged)
@@ -620,7 +639,7 @@ class ProcessorProbe:
         `hf_kwargs`."""
         shape = self.blank_shape(modality)
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
-        return blank_items(self.processor, modality, count, shape, seconds, kwargs={**self.default_kwargs, **hf_kwargs})
+        return blank_items(self.processor, modality, count, shape, seconds, kwargs=self.merge(hf_kwargs))
 
     def blank_placeholder_length(
         self, modality: str, width: int | None = None, height: int | None = None,

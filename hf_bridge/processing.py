@@ -50,6 +50,7 @@ from .probes import (
     kwargs_key,
     longest_audio_seconds,
     needs_video_metadata,
+    samples_by_time,
     stated_audio_seconds,
 )
 from .side_features import has_side_features
@@ -177,6 +178,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 self.get_hf_config(),
                 call=lambda data, kw, info=self: info.ctx.call_hf_processor(info.get_hf_processor(**kw), data, kw),
                 default_kwargs=default_kwargs,
+                merge=self.ctx.get_merged_mm_kwargs,
             )
         _PROBES[key] = learnt
         while len(_PROBES) > LEARNT_PROCESSORS:
@@ -493,6 +495,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         except (ProbeError, ProcessorKwargsRefused):
             raise
         except ValueError as exc:
+            if modality == "video" and "video_metadata" not in item and samples_by_time(
+                    self.info.probes.processor, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
+                raise ValueError(errors.video_sampled_without_metadata(index, exc)) from exc
             if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             shape = tuple(np.shape(item["audio"][0])) if modality == "audio" else ()

@@ -42,7 +42,8 @@ def with_video_metadata(hf_inputs: HFMultiModalInputs, sampled: bool) -> HFMulti
     """`hf_inputs` with the kept pairs split into frames and, where the call samples frames
     (`sampled`) and every video came with its metadata, the `video_metadata` the processor
     takes. Without it the processor decides, as before: sampling to a number of frames needs
-    none, and sampling by time is refused with the processor's own error."""
+    none, and sampling by time is refused, with the processor's own error and the fix
+    (`errors.video_sampled_without_metadata`)."""
     pairs = [video if isinstance(video, tuple) else (video, None) for video in hf_inputs.hf_data["videos"]]
     hf_inputs.hf_data["videos"] = [frames for frames, _ in pairs]
     if sampled and all(metadata is not None for _, metadata in pairs):

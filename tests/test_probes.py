@@ -170,6 +170,24 @@ def test_sampling_asked_per_request_needs_metadata_as_a_saved_one_does(zoo):
     assert "video_metadata" in parity.media_kwargs(processor, parity.standard_cases(112)["video"])
 
 
+def test_sampling_by_time_is_read_from_the_call_then_the_saved_setting(zoo):
+    """By time where an `fps` and no `num_frames` reach the sampler (the call's kwargs, its
+    `videos_kwargs`, then the saved values), as transformers' `sample_frames` reads them."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.probes import samples_by_time
+
+    processor = AutoProcessor.from_pretrained(zoo("qwen2_vl"))
+    processor.video_processor.do_sample_frames, processor.video_processor.fps = False, 2
+    assert not samples_by_time(processor)  # not sampling at all
+    assert samples_by_time(processor, {"do_sample_frames": True})  # the saved fps
+    assert samples_by_time(processor, {"videos_kwargs": {"do_sample_frames": True, "fps": 1}})
+    assert not samples_by_time(processor, {"do_sample_frames": True, "num_frames": 2})
+    assert not samples_by_time(processor, {"videos_kwargs": {"do_sample_frames": True, "num_frames": 2}})
+    processor.video_processor.fps = None
+    assert not samples_by_time(processor, {"do_sample_frames": True})
+
+
 def test_probe_failure_names_the_modality_and_the_processor_error(zoo):
     """Asking for more frames than a blank video may hold: video cannot be probed, image can."""
     from transformers import AutoProcessor

@@ -59,14 +59,19 @@ def test_metadata_keys_the_processor_cache(qwen2_vl):
 
 def test_frames_alone_are_sampled_as_the_processor_can_without_metadata(qwen2_vl):
     """To a number of frames, as before (no metadata needed); by time, refused with the
-    processor's own error, as the request's processor kwargs are."""
-    from hf_bridge.processing import ProcessorKwargsRefused
-
+    processor's own error and vLLM's form that carries the metadata, also where another
+    video of the request has its metadata (the processor takes all or none)."""
     prompt = parity.prompt_text(qwen2_vl.info.get_hf_processor(), CASE)
     two_frames = inspect_prompt(qwen2_vl, prompt, {"video": VIDEO}, {"do_sample_frames": True, "num_frames": 2})
     assert two_frames.items[0].data["video.video_grid_thw"].tolist() == [[1, 8, 8]]
-    with pytest.raises(ProcessorKwargsRefused, match=r"Asked to sample `fps` frames per second but no video metadata was provided"):
+    refused = (r"Video 0 of this request could not be processed .*Asked to sample `fps` frames per second but no "
+               r"video metadata was provided.*sample frames by time .*without its metadata.*`\(frames, metadata\)` pair"
+               r".*num_frames")
+    with pytest.raises(ValueError, match=refused):
         inspect_prompt(qwen2_vl, prompt, {"video": VIDEO}, SAMPLED)
+    two_prompt = parity.prompt_text(qwen2_vl.info.get_hf_processor(), parity.Case("videos", num_videos=2))
+    with pytest.raises(ValueError, match=refused):
+        inspect_prompt(qwen2_vl, two_prompt, {"video": [(VIDEO, video_metadata(len(VIDEO))), VIDEO]}, SAMPLED)
 
 
 def _served(frames, num_frames: int):
@@ -120,3 +125,19 @@ def test_sampling_asked_by_the_engine_asks_each_videos_metadata_as_a_saved_sampl
     assert raw.items[0].data["video.video_grid_thw"].tolist() == [[1, 8, 8]]
     with pytest.raises(ValueError, match="Video metadata is required but not found in mm input"):
         inspect_prompt(processor, prompt, {"video": VIDEO})
+
+
+def test_the_engines_nested_kwargs_reach_a_call_merged_as_vllm_merges_them(zoo):
+    """The engine's `videos_kwargs` and a request's are merged key by key (vLLM's context
+    does), so an embedded video's blank stand-in still carries the metadata the engine's
+    sampling needs; merged shallowly, the request's `videos_kwargs` replaced the engine's,
+    and the blank was refused."""
+    engine = {"videos_kwargs": SAMPLED}
+    processor = build_processor(zoo("qwen2_vl"), mm_processor_kwargs=engine, enable_mm_embeds=True)
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), CASE)
+    hidden = processor.info.get_hf_config().text_config.hidden_size
+    embedded = {"video_embeds": torch.zeros(16, hidden), "video_grid_thw": torch.tensor([[1, 8, 8]])}  # 2 frames, merged 2x2
+    alone = inspect_prompt(processor, prompt, {"video": embedded})
+    with_request = inspect_prompt(processor, prompt, {"video": embedded}, {"videos_kwargs": {"min_frames": 2}})
+    assert with_request.prompt_ids == alone.prompt_ids
+    assert alone.prompt_ids.count(processor.info.get_hf_processor().video_token_id) == 16
