@@ -78,24 +78,44 @@ def unnumberable_item(modality: str, index: int, exc: BaseException, processor: 
 
 
 _ACCEPTED = {
-    "image": "a PIL.Image, an HxWxC (or HxW) numpy array, or precomputed embeddings (a torch tensor)",
-    "video": "a sequence of frames: a TxHxWxC numpy array, a list of PIL images, or a (frames, metadata) pair",
+    "image": "a PIL.Image, an HxWxC numpy array, or precomputed embeddings (a torch tensor); "
+             "several as a list of them, or as one NxHxWxC array",
+    "video": "a sequence of frames: a TxHxWxC numpy array, a list of PIL images, or a (frames, metadata) pair; "
+             "several as a list of them, or as one NxTxHxWxC array",
 }
+_ITEM_NDIM = {"image": 3, "video": 4}
+"""The dimensions of an array vLLM's parser reads as one item; one of others, as a batch
+of items along its first axis (a 3-D torch tensor: embeddings)."""
 
 
 def check_media_types(mm_data: Mapping[str, Any]) -> None:
-    """Reject media that no processor can read, before anything is processed."""
+    """Reject media that no processor can read, before anything is processed, each item
+    numbered as vLLM's parser reads the request's data."""
     for modality, value in mm_data.items():
         if modality not in _ACCEPTED or value is None:
             continue
-        items = value if isinstance(value, list) else [value]
+        batch = _read_as_batch(modality, value)
+        items = list(value) if batch or isinstance(value, list) else [value]
         for index, item in enumerate(items):
             problem = _media_problem(modality, item)
+            if problem and batch:
+                problem += (f", one of {len(items)} along the first axis of the request's array of shape "
+                            f"{tuple(value.shape)}, which vLLM reads as {len(items)} {_PLURAL[modality]} "
+                            f"(an array of {_ITEM_NDIM[modality]} dimensions is one {modality})")
             if problem:
                 raise ValueError(
                     f"{modality.capitalize()} {index} of this request cannot be read as {modality}: "
                     f"{problem}. Pass {_ACCEPTED[modality]}."
                 )
+
+
+def _read_as_batch(modality: str, value: Any) -> bool:
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.ndim == 3:
+        return False  # embeddings
+    return isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim >= 2 and value.ndim != _ITEM_NDIM[modality]
 
 
 def _media_problem(modality: str, item: Any) -> str | None:

@@ -115,3 +115,34 @@ def test_a_quantized_checkpoint_gives_the_in_tree_backends_tokens(zoo, tmp_path,
     assert (with_bridge["model_class"], in_tree["model_class"]) == ("HFBridgeForConditionalGeneration", "TransformersMultiModalForCausalLM")
     assert with_bridge["quantization"] == in_tree["quantization"] == "compressed-tensors"
     assert parity.compare(parity.Result(**in_tree["result"]), parity.Result(**with_bridge["result"])) == []
+
+
+def test_several_items_in_one_array_are_read_as_vllm_reads_them(zoo):
+    """One NxHxWxC array is N images, and one NxTxHxWxC array N videos, as vLLM's parser
+    reads them (and its in-tree backend serves them); hf_bridge had refused both as
+    unreadable. An array that vLLM reads as a batch of unreadable items is refused naming
+    that reading."""
+    import numpy as np
+    import torch
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+
+    processor = build_processor(zoo("qwen2_vl"))
+    hf_processor = processor.info.get_hf_processor()
+    rng = np.random.default_rng(0)
+    for modality, case, batch in (
+        ("image", parity.Case("two_images", num_images=2), rng.integers(0, 255, (2, 48, 64, 3), dtype=np.uint8)),
+        ("video", parity.Case("videos", num_videos=2), rng.integers(0, 255, (2, 4, 48, 64, 3), dtype=np.uint8)),
+    ):
+        prompt = parity.prompt_text(hf_processor, case)
+        one_array = inspect_prompt(processor, prompt, {modality: batch})
+        listed = inspect_prompt(processor, prompt, {modality: list(batch)})
+        assert one_array.prompt_ids == listed.prompt_ids and len(one_array.items) == 2
+        for mine, theirs in zip(one_array.items, listed.items):
+            assert mine.data.keys() == theirs.data.keys()
+            assert all(torch.equal(mine.data[key], theirs.data[key]) for key in mine.data)
+    grey = parity.prompt_text(hf_processor, parity.Case("one_image", num_images=1))
+    with pytest.raises(ValueError, match=re.escape("Image 0 of this request cannot be read as image: got an array of shape "
+                                                   "(64,), one of 48 along the first axis of the request's array of shape "
+                                                   "(48, 64), which vLLM reads as 48 images")):
+        inspect_prompt(processor, grey, {"image": np.zeros((48, 64), dtype=np.uint8)})
