@@ -618,9 +618,13 @@ class ProcessorProbe:
         Processors disagree on the layout of media lists (SmolVLM counts a flat
         video's frames as videos); the per-sample layout is what every processor
         accepts for a batch of one, so it is tried when the flat one is refused.
+        The token types are hf_bridge's to ask for, over a request's own
+        `return_mm_token_type_ids` (an output the model never gets), which would
+        otherwise reach the call twice.
         """
         merged = self.merge(hf_kwargs)
         asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, merged)}
+        hf_kwargs = {k: v for k, v in hf_kwargs.items() if k not in asked}
         try:
             return without_asked_metadata(self.call({"text": text, **item, **asked}, hf_kwargs), merged)
         except ValueError as flat_error:

@@ -146,3 +146,19 @@ def test_several_items_in_one_array_are_read_as_vllm_reads_them(zoo):
                                                    "(64,), one of 48 along the first axis of the request's array of shape "
                                                    "(48, 64), which vLLM reads as 48 images")):
         inspect_prompt(processor, grey, {"image": np.zeros((48, 64), dtype=np.uint8)})
+
+
+def test_a_requests_own_token_types_flag_changes_nothing(zoo):
+    """`return_mm_token_type_ids` per request, which the in-tree backend serves as without
+    it: hf_bridge asks for the token types itself, and the request's value reached the
+    processor call beside its own (`TypeError`, refused as a bad kwarg)."""
+    from hf_bridge.inspect import build_processor, inspect_prompt
+
+    processor = build_processor(zoo("llava"))
+    case = parity.Case("one_image", num_images=1)
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), case)
+    plain = inspect_prompt(processor, prompt, {"image": case.images[0]})
+    for flag in (False, True):
+        flagged = inspect_prompt(processor, prompt, {"image": case.images[0]}, {"return_mm_token_type_ids": flag})
+        assert flagged.prompt_ids == plain.prompt_ids and len(flagged.items) == 1
+        assert (flagged.items[0].offset, flagged.items[0].length) == (plain.items[0].offset, plain.items[0].length)
