@@ -186,6 +186,16 @@ def kwargs_change_positions_only(modality: str, positions: int, plain_positions:
     )
 
 
+def kwargs_pad_the_text(modality: str, index: int, added: int, pad_token_id: int) -> str:
+    return (
+        f"This request's processor kwargs pad the prompt's text: {added} of the tokenizer's pad token "
+        f"(id {pad_token_id}) came with {modality} {index}, and none without them. Padding (`padding`, "
+        "`max_length`, `pad_to_multiple_of`) shapes a batch of prompts for transformers, which masks the "
+        "pad tokens; vLLM serves each prompt alone and unpadded, and would have run them inside the prompt. "
+        "Leave these keys out of `mm_processor_kwargs`."
+    )
+
+
 def kwargs_change_pixel_sides(modality: str, index: int, changed: Mapping[str, tuple[Any, Any]], processor: Any) -> str:
     key, (sides, fixed) = next(iter(changed.items()))
     got = "no longer an image layout" if sides is None else f"{sides[0]}x{sides[1]} pixels"

@@ -487,6 +487,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 plain = self._probe_without_request_kwargs(modality, item, plain_kwargs)  # None: the item needs the kwargs
                 self._check_pixel_sides_kept(modality, index, out, plain, plain_kwargs)
                 self._check_positions_follow_inputs(modality, out, expansion, plain)
+                self._check_no_padding_added(modality, index, expansion, plain)
         except placeholders.PlaceholderError as exc:
             if modality == "audio" and (seconds := _clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
                 # a blank clip of AUDIO_SECONDS was placed: this one is too short to get a position
@@ -533,6 +534,20 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         if plain_expansion.num_embeds != expansion.num_embeds and _same_model_inputs(plain_out, out):
             raise ProcessorKwargsRefused(errors.kwargs_change_positions_only(
                 modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
+
+    def _check_no_padding_added(self, modality: str, index: int, expansion, plain) -> None:
+        """Refuse processor kwargs that pad the text (`padding="max_length"`): an item is
+        processed in a short text of its own, so the tokenizer's pad tokens landed inside
+        its placeholder, where transformers pads the whole prompt's end (and masks them)."""
+        pad = getattr(self.info.get_tokenizer(), "pad_token_id", None)
+        if plain is None or pad is None:
+            return
+
+        def pads(e) -> int:
+            return sum(1 for token, embeds in zip(e.token_ids, e.is_embed) if token == pad and not embeds)
+
+        if (added := pads(expansion) - pads(plain[1])) > 0:
+            raise ProcessorKwargsRefused(errors.kwargs_pad_the_text(modality, index, added, pad))
 
     def _check_clip_kept_whole(self, index: int, item: dict, out: BatchFeature, hf_kwargs: Mapping[str, object]) -> None:
         """Refuse a clip longer than the feature extractor takes whole (`stated_audio_seconds`)

@@ -32,6 +32,9 @@ def bad_input_results(zoo):
         # (56*56)" raised in the worker and stopped the engine
         ("kwargs_change_pixel_sides", r"give image 0 `pixel_values` of 64x64 pixels, where LlavaProcessor gives every "
                                       r"image 56x56 without them.*Leave the size kwargs"),
+        # the item's own call was padded: the pad tokens were placed inside the image's placeholder
+        ("kwargs_pad_the_text", r"processor kwargs pad the prompt's text: \d+ of the tokenizer's pad token \(id \d+\) came "
+                                r"with image 0, and none without them.*Leave these keys out of `mm_processor_kwargs`"),
     ],
 )
 def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):
