@@ -186,6 +186,15 @@ def kwargs_change_positions_only(modality: str, positions: int, plain_positions:
     )
 
 
+def kwargs_unplaceable(modality: str, index: int, exc: BaseException, keys: list[str]) -> str:
+    return (
+        f"This request's processor kwargs ({', '.join(keys)}) make the processor lay {modality} {index} out "
+        f"in the prompt otherwise than hf_bridge can place it ({exc}); without them it is placed. Leave "
+        "them out of `mm_processor_kwargs`, or save the setting in the checkpoint's processor, where "
+        "hf_bridge learns the layout at start."
+    )
+
+
 def kwargs_pad_the_text(modality: str, index: int, added: int, pad_token_id: int) -> str:
     return (
         f"This request's processor kwargs pad the prompt's text: {added} of the tokenizer's pad token "

@@ -492,6 +492,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if modality == "audio" and (seconds := _clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
                 # a blank clip of AUDIO_SECONDS was placed: this one is too short to get a position
                 raise ValueError(errors.audio_clip_too_short(index, seconds, AUDIO_SECONDS, self.info.get_hf_processor())) from exc
+            if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
+                raise ProcessorKwargsRefused(errors.kwargs_unplaceable(modality, index, exc, sorted(request_keys))) from exc
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
             raise

@@ -59,3 +59,21 @@ def test_processor_kwargs_the_processor_refuses_at_start_are_named_first(zoo):
     assert not result["ok"]
     assert "size must have one of the following set of keys" in result["error"], result["error"]
     assert "The engine's `mm_processor_kwargs` ({'size': {'foo': 3}}) reach every probe" in result["error"], result["error"]
+
+
+def test_kwargs_that_change_a_placed_layout_are_named_as_the_cause(zoo):
+    """Chameleon's processor inserts each image's tokens itself; padded per request, an
+    item's call no longer lays out as the blank's hf_bridge learnt at start. The error
+    names the request's kwargs, as the item is placed without them (it had read as
+    hf_bridge failing to place the image)."""
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.processing import ProcessorKwargsRefused
+    from hf_bridge.validate import parity
+
+    processor = build_processor(zoo("chameleon"))
+    case = parity.Case("one_image", num_images=1)
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), case)
+    assert inspect_prompt(processor, prompt, {"image": case.images[0]}).items
+    with pytest.raises(ProcessorKwargsRefused, match=r"This request's processor kwargs \(max_length, padding\) make the "
+                                                     r"processor lay image 0 out in the prompt otherwise than hf_bridge can place"):
+        inspect_prompt(processor, prompt, {"image": case.images[0]}, {"padding": "max_length", "max_length": 200})
