@@ -25,6 +25,7 @@ if worker := os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest
 
+from hf_bridge.clean_interpreter import CleanCall
 from hf_bridge.zoo import build
 
 
@@ -36,8 +37,8 @@ def zoo():
 
 class GenericCheckpoints:
     """Types outside the zoo, built by the sweep's generic shrinker from transformers'
-    default config and processor classes, in a subprocess (an engine decorates HF
-    classes in place), once per session."""
+    default config and processor classes, in a clean interpreter (an engine decorates HF
+    classes in place: `clean_interpreter.py`), once per session."""
 
     def __init__(self, root):
         self.root = root
@@ -47,40 +48,31 @@ class GenericCheckpoints:
         return self.build({model_type: seed})[model_type]
 
     def build(self, seeds: dict[str, int]) -> dict:
-        """{type: checkpoint} for each type, built with its seed; the missing ones in one process."""
-        import subprocess
-        import sys
+        """{type: checkpoint} for each type, built with its seed."""
+        from hf_bridge.zoo.shrink import build_sweep_model
 
-        missing = [(t, s) for t, s in seeds.items() if (t, s) not in self.built]
-        if missing:
-            code = (
-                "import sys; from pathlib import Path; from hf_bridge.zoo.shrink import build_sweep_model; "
-                "[build_sweep_model(t, Path(sys.argv[1]) / f'{t}-s{s}', int(s)) for t, s in zip(sys.argv[2::2], sys.argv[3::2])]"
-            )
-            args = [x for t, s in missing for x in (t, str(s))]
-            done = subprocess.run([sys.executable, "-c", code, str(self.root), *args], capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, done.stderr[-3000:]
-            self.built.update({(t, s): self.root / f"{t}-s{s}" for t, s in missing})
+        for model_type, seed in seeds.items():
+            if (model_type, seed) not in self.built:
+                out = self.root / f"{model_type}-s{seed}"
+                CleanCall(build_sweep_model, model_type, out, seed).result()
+                self.built[(model_type, seed)] = out
         return {t: self.built[(t, s)] for t, s in seeds.items()}
 
 
 class BackboneCheckpoints:
     """The zoo's LLaVA over other decoders (`hf_bridge/zoo/backbones.py`), built in a
-    subprocess (an engine decorates HF classes in place), once per session."""
+    clean interpreter (an engine decorates HF classes in place), once per session."""
 
     def __init__(self, root):
         self.root = root
         self.built: dict[str, object] = {}
 
     def __call__(self, text_type: str):
-        import subprocess
-        import sys
+        from hf_bridge.zoo.backbones import build_backbone_model
 
         if text_type not in self.built:
-            code = "import sys; from hf_bridge.zoo.backbones import build_backbone_model; build_backbone_model(sys.argv[1], sys.argv[2])"
             out = self.root / text_type
-            done = subprocess.run([sys.executable, "-c", code, text_type, str(out)], capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, done.stderr[-3000:]
+            CleanCall(build_backbone_model, text_type, out).result()
             self.built[text_type] = out
         return self.built[text_type]
 
@@ -100,18 +92,15 @@ def generic(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gemma4_variant(tmp_path_factory):
     """`gemma4_variant(name)` -> the tiny Gemma 4 in one of the forms of
-    `helpers/gemma4_variant.py`, built in a subprocess once per session."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    `helpers/gemma4_variant.py`, built in a clean interpreter once per session."""
+    from helpers import gemma4_variant
 
-    helper, built = Path(__file__).parent / "helpers" / "gemma4_variant.py", {}
+    built = {}
 
     def variant(name: str):
         if name not in built:
             out = tmp_path_factory.mktemp(f"gemma4_{name}") / f"gemma4_{name}"
-            done = subprocess.run([sys.executable, str(helper), name, str(out)], capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, done.stderr[-3000:]
+            CleanCall(gemma4_variant.main, name, out).result()
             built[name] = out
         return built[name]
 

@@ -11,18 +11,14 @@ may start vLLM meanwhile: `TransformersSide.result` waits for it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from . import parity
 from .checkpoint import load_config
-
-MODULE = "hf_bridge.validate.transformers_side"
+from ..clean_interpreter import CleanCall, CleanCallFailed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,9 +31,9 @@ class RowsWanted:
 
 
 class TransformersSide:
-    """transformers' side started in a clean interpreter: the references `wanted`
-    ({dtype: [case keys]}; with `items_alone`, each item encoded alone) and, where given,
-    the encoder `rows`."""
+    """transformers' side started in a clean interpreter (`clean_interpreter.py`): the
+    references `wanted` ({dtype: [case keys]}; with `items_alone`, each item encoded
+    alone) and, where given, the encoder `rows`."""
 
     def __init__(self, model_dir: str | Path, wanted: dict[str, list[str]], *, items_alone: bool = False,
                  rows: RowsWanted | None = None):
@@ -49,27 +45,20 @@ class TransformersSide:
                          "default SDPA attention drops)")
         self.work = " and ".join(work) or "nothing"
         """What it computes, in words (a progress line)."""
-        command = [sys.executable, "-m", MODULE, str(model_dir), json.dumps(wanted)]
-        if items_alone:
-            command.append("--items-alone")
-        if rows is not None:
-            command += ["--rows", str(rows.path), "--feature-ids", json.dumps(rows.feature_ids),
-                        "--row-cases", json.dumps([c.key() for c in rows.cases])]
-        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._call = CleanCall(transformers_side, str(model_dir), wanted, items_alone, rows)
 
     def result(self) -> dict[str, dict[str, dict]]:
         """Waits for it; the references, {dtype: {case key: `parity.Result` fields, or
         {"error": transformers' own error}}}. Raises where the run itself failed."""
-        stdout, stderr = self._process.communicate()
-        if self._process.returncode != 0:
-            raise RuntimeError(f"transformers' side of the check failed:\n{stderr[-4000:]}")
-        return json.loads(stdout.strip().splitlines()[-1])
+        try:
+            computed = self._call.result()
+        except CleanCallFailed as failed:
+            raise RuntimeError(f"transformers' side of the check failed:\n{failed}") from None
+        return json.loads(json.dumps(computed))  # as the cache holds them: lists, not tuples
 
     def stop(self) -> None:
         """Ends it early (the caller gave up)."""
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.communicate()
+        self._call.stop()
 
 
 def compute_references(model_dir: str, wanted: dict[str, list[str]], processor, items_alone: bool = False,
@@ -93,27 +82,15 @@ def compute_references(model_dir: str, wanted: dict[str, list[str]], processor, 
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("model_dir")
-    parser.add_argument("references", help='JSON: {dtype ("float32", "float64" or "bfloat16"): [JSON of `parity.Case` fields, ...]}')
-    parser.add_argument("--items-alone", action="store_true", help="encode each item alone (`encoder.rows_placed_alone`)")
-    parser.add_argument("--rows", type=Path, help="save `encoder.hf_rows` here (.npz)")
-    parser.add_argument("--feature-ids", help="JSON: modality -> token id, for --rows")
-    parser.add_argument("--row-cases", help="JSON list of `parity.Case` keys, for --rows")
-    args = parser.parse_args(argv)
-
+def transformers_side(model_dir: str, wanted: dict[str, list[str]], items_alone: bool = False,
+                      rows: RowsWanted | None = None) -> dict[str, dict[str, dict]]:
+    """`TransformersSide`'s work, in this interpreter, which must be clean: one model
+    load serves the encoder rows and the float32 references."""
     from .checkpoint import load_processor
     from .encoder import hf_rows, save_rows
 
-    wanted = json.loads(args.references)
-    processor = load_processor(args.model_dir)
-    model = parity.load_generation_model(args.model_dir) if args.rows or "float32" in wanted else None
-    if args.rows:
-        cases = [parity.Case(**json.loads(key)) for key in json.loads(args.row_cases)]
-        save_rows(args.rows, *hf_rows(model, processor, cases, json.loads(args.feature_ids)))
-    print(json.dumps(compute_references(args.model_dir, wanted, processor, args.items_alone, model)))
-
-
-if __name__ == "__main__":
-    main()
+    processor = load_processor(model_dir)
+    model = parity.load_generation_model(model_dir) if rows is not None or "float32" in wanted else None
+    if rows is not None:
+        save_rows(rows.path, *hf_rows(model, processor, rows.cases, rows.feature_ids))
+    return compute_references(model_dir, wanted, processor, items_alone, model)

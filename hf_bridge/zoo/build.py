@@ -6,12 +6,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from filelock import FileLock
 
+from ..clean_interpreter import CleanCall, CleanCallFailed
 from .specs import SPECS, ZooSpec
 from .tokenizer import build_tokenizer
 
@@ -57,7 +57,7 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
 
     Cached: a directory holding a finished build of the same recipe is reused, and one
     process at a time builds a directory. A new
-    build runs in a fresh interpreter: once a vLLM engine has been built in a process,
+    build runs in a clean interpreter (`clean_interpreter.py`): once a vLLM engine has been built in a process,
     vLLM has decorated transformers' model classes in place, and a model instantiated
     there afterwards is not plain transformers.
     """
@@ -70,10 +70,12 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     with FileLock(f"{directory}.lock"):  # another process (a test worker) may be building it
         if not force and _is_built(directory, name, seed):
             return directory
-        cmd = [sys.executable, "-m", "hf_bridge.zoo", name, "--dir", str(directory), "--seed", str(seed)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0 or not _is_built(directory, name, seed):
-        raise RuntimeError(f"building zoo model {name!r} failed:\n{done.stderr[-4000:]}")
+        try:
+            CleanCall(build_here, name, directory, seed).result()
+        except CleanCallFailed as failed:
+            raise RuntimeError(f"building zoo model {name!r} failed:\n{failed}") from None
+    if not _is_built(directory, name, seed):
+        raise RuntimeError(f"building zoo model {name!r} left no finished checkpoint in {directory}")
     return directory
 
 
@@ -97,7 +99,7 @@ def _is_built(directory: Path, name: str, seed: int) -> bool:
 
 
 def build_here(name: str, directory: Path, seed: int = 0) -> Path:
-    """Build in this interpreter (what `build` runs in its subprocess)."""
+    """Build in this interpreter (what `build` runs in its clean one)."""
     return build_checkpoint(SPECS[name], directory, _key(name, seed), seed)
 
 

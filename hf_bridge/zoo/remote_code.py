@@ -12,16 +12,14 @@ With `own_config=False` the config stays transformers' class and model type, and
 `auto_map` names the model classes only, as checkpoints that change a model but not its
 config ship: loading that config records no trust, so only the engine's
 `trust_remote_code` says to build the checkpoint's classes.
-
-    python -m hf_bridge.zoo.remote_code SOURCE_DIR INTO_DIR [--transformers-config]
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from ..clean_interpreter import CleanCall, CleanCallFailed
 
 LOGIT_SCALE = 0.5
 """What the checkpoint's own head multiplies the logits by."""
@@ -31,17 +29,16 @@ PREFIX = "Own"
 CONFIG_FILE = "configuration_own.py"
 MODELING_FILE = "modeling_own.py"
 PROCESSING_FILE = "processing_own.py"
-TRANSFORMERS_CONFIG_FLAG = "--transformers-config"
 
 
 def remote_code_copy(source: Path, into: Path, own_config: bool = True) -> Path:
     """Write `source` (a zoo checkpoint) into `into` as a checkpoint with its own code. In a
-    fresh interpreter, as the zoo builds: models instantiated where a vLLM engine ran are
+    clean interpreter, as the zoo builds: models instantiated where a vLLM engine ran are
     not plain transformers."""
-    flags = [] if own_config else [TRANSFORMERS_CONFIG_FLAG]
-    done = subprocess.run([sys.executable, "-m", __name__, str(source), str(into), *flags], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"writing {source} as a remote-code checkpoint failed:\n{done.stderr[-4000:]}")
+    try:
+        CleanCall(_write_here, Path(source), Path(into), own_config).result()
+    except CleanCallFailed as failed:
+        raise RuntimeError(f"writing {source} as a remote-code checkpoint failed:\n{failed}") from None
     return into
 
 
@@ -113,6 +110,3 @@ def _write_here(source: Path, into: Path, own_config: bool) -> None:
                             auto_map={"AutoProcessor": f"{PROCESSING_FILE[:-3]}.{PREFIX}{processor_name}"})
     (into / "processor_config.json").write_text(json.dumps(processor_config, indent=2))
 
-
-if __name__ == "__main__":
-    _write_here(Path(sys.argv[1]), Path(sys.argv[2]), own_config=TRANSFORMERS_CONFIG_FLAG not in sys.argv[3:])
