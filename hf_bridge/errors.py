@@ -195,13 +195,28 @@ def kwargs_unplaceable(modality: str, index: int, exc: BaseException, keys: list
     )
 
 
+PADDING_KWARGS = ("padding", "max_length", "pad_to_multiple_of")
+"""The tokenizer kwargs that pad a prompt's text."""
+
+_PADDING_IS_FOR_BATCHES = (
+    "Padding (`padding`, `max_length`, `pad_to_multiple_of`) shapes a batch of prompts for transformers, which "
+    "masks the pad tokens; vLLM serves each prompt alone and unpadded, and would have run them inside the prompt."
+)
+
+
 def kwargs_pad_the_text(modality: str, index: int, added: int, pad_token_id: int) -> str:
     return (
         f"This request's processor kwargs pad the prompt's text: {added} of the tokenizer's pad token "
-        f"(id {pad_token_id}) came with {modality} {index}, and none without them. Padding (`padding`, "
-        "`max_length`, `pad_to_multiple_of`) shapes a batch of prompts for transformers, which masks the "
-        "pad tokens; vLLM serves each prompt alone and unpadded, and would have run them inside the prompt. "
+        f"(id {pad_token_id}) came with {modality} {index}, and none without them. {_PADDING_IS_FOR_BATCHES} "
         "Leave these keys out of `mm_processor_kwargs`."
+    )
+
+
+def engine_kwargs_pad_the_text(padding: Mapping[str, Any], added: int, pad_token_id: int) -> str:
+    return (
+        f"The engine's `mm_processor_kwargs` pad every prompt's text ({dict(padding)}): {added} of the "
+        f"tokenizer's pad token (id {pad_token_id}) came with them, and none with padding off. "
+        f"{_PADDING_IS_FOR_BATCHES} Leave these keys out of the engine's `mm_processor_kwargs`."
     )
 
 

@@ -645,6 +645,26 @@ class ProcessorProbe:
         shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
         return blank_items(self.processor, modality, count, shape, seconds, kwargs=self.merge(hf_kwargs))
 
+    @cached_property
+    def pad_tokens_added(self) -> int:
+        """How many more of the tokenizer's pad token the default kwargs give a probe's text
+        than the same call with padding off: the sentinel alone, or where the processor
+        refuses text alone, a blank item of the first modality it takes. 0 where no call
+        runs both ways."""
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        if pad is None:
+            return 0
+        calls = [lambda kw: self.call({"text": PROBE_SENTINEL}, kw)]
+        calls += [lambda kw, m=m: self.call_one_item(self.placeholder_text(m), self.blank(m), kw)
+                  for m in processor_modalities(self.processor)]
+        for call in calls:
+            try:
+                padded, plain = call({}), call({"padding": False})
+            except Exception:  # noqa: BLE001 - try the next layout
+                continue
+            return padded["input_ids"][0].tolist().count(pad) - plain["input_ids"][0].tolist().count(pad)
+        return 0
+
     def blank_placeholder_length(
         self, modality: str, width: int | None = None, height: int | None = None,
         frames: int | None = None, seconds: float = AUDIO_SECONDS,

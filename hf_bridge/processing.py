@@ -28,6 +28,7 @@ import torch
 from transformers import BatchFeature
 from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.multimodal import (
+    _MAX_FRAMES_PER_VIDEO,
     MultiModalDummyInputsBuilder,
     MultiModalProcessingInfo,
     MultiModalProcessor,
@@ -200,8 +201,9 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             for modality in super()._get_supported_modalities():
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
             return []
-        failures, unencodable = self.probes.failures, self.unencodable_modalities
         engine_kwargs = self.engine_processor_kwargs
+        self._check_engine_kwargs_pad_nothing(engine_kwargs)
+        failures, unencodable = self.probes.failures, self.unencodable_modalities
         for modality, why in failures.items():
             logger.warning_once(errors.modality_switched_off(modality, why, self.get_hf_processor(), engine_kwargs))
         for modality, why in unencodable.items():
@@ -212,6 +214,14 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if placeable:
             self.text_only_frame()  # learnt, and said, at start-up rather than at the first prompt without media
         return placeable
+
+    def _check_engine_kwargs_pad_nothing(self, engine_kwargs: Mapping[str, object]) -> None:
+        """Refuse, at start-up, engine kwargs that pad the text: every probe would learn
+        the pad tokens as the processor's own, and every prompt would run them (a request's
+        own padding is refused per request, `_check_no_padding_added`)."""
+        padding = {k: v for k, v in engine_kwargs.items() if k in errors.PADDING_KWARGS}
+        if padding and (added := self.probes.pad_tokens_added) > 0:
+            raise ValueError(errors.engine_kwargs_pad_the_text(padding, added, self.get_tokenizer().pad_token_id))
 
     @cached_property
     def _encoding_paths(self) -> dict[str, str | None]:
@@ -312,10 +322,23 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def get_num_frames_with_most_features(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
         """vLLM's count, raised to the frames a sampling video processor asks for: it
         refuses a video with fewer (Gemma 4's samples 32, where vLLM's count gave 16)."""
-        counted = super().get_num_frames_with_most_features(seq_len, mm_counts)
+        counted = self._most_frames_that_fit(seq_len, mm_counts)
         processor = self.probes.processor
         asked = frames_asked_for(processor) if self._video_needs_metadata else None
         return max(counted, asked or 0)
+
+    def _most_frames_that_fit(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
+        """vLLM's count, tried from the top first. vLLM adds frames one step at a time
+        while the videos still fit in `seq_len`, counting each step's tokens; where the
+        processor cannot count them, each count processes blank videos of every candidate
+        size. A video's tokens do not fall as frames are added, so where the most frames
+        vLLM would try fit, its search ends there. One count replaces up to 16, which were
+        Nemotron-H-Omni's 100 processor calls and 30 s of its engine start."""
+        step = self._get_min_video_frames()
+        most = max(_MAX_FRAMES_PER_VIDEO // step, 1) * step
+        if self._get_max_video_tokens_for_frames(most) * max(mm_counts.get("video", 0), 1) <= seq_len:
+            return most
+        return super().get_num_frames_with_most_features(seq_len, mm_counts)
 
     def get_max_video_tokens(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
         num_frames = self.get_num_frames_with_most_features(seq_len, mm_counts)

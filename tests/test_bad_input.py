@@ -77,3 +77,21 @@ def test_kwargs_that_change_a_placed_layout_are_named_as_the_cause(zoo):
     with pytest.raises(ProcessorKwargsRefused, match=r"This request's processor kwargs \(max_length, padding\) make the "
                                                      r"processor lay image 0 out in the prompt otherwise than hf_bridge can place"):
         inspect_prompt(processor, prompt, {"image": case.images[0]}, {"padding": "max_length", "max_length": 200})
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "paligemma"])
+def test_engine_kwargs_that_pad_the_text_are_refused_at_start(zoo, name):
+    """Padding in the engine's kwargs reaches every probe: hf_bridge had learnt the pad
+    tokens as the processor's own and run them in every prompt (194 of the 204 ids of a
+    Qwen2-VL prompt with one image). PaliGemma refuses text alone, so an item's call shows its padding. Padding
+    that adds nothing to one prompt is served."""
+    from hf_bridge.inspect import build_processor
+
+    model_dir = zoo(name)
+    with pytest.raises(ValueError, match=r"The engine's `mm_processor_kwargs` pad every prompt's text \(\{'padding': "
+                                         r"'max_length', 'max_length': 200\}\): \d+ of the tokenizer's pad token \(id \d+\) "
+                                         r"came with them, and none with padding off\..*Leave these keys out of the "
+                                         r"engine's `mm_processor_kwargs`"):
+        build_processor(model_dir, mm_processor_kwargs={"padding": "max_length", "max_length": 200})
+    for harmless in ({"padding": "longest"}, {"pad_to_multiple_of": 64}):
+        assert "image" in build_processor(model_dir, mm_processor_kwargs=harmless).info.supported_mm_limits

@@ -162,3 +162,20 @@ def test_a_requests_own_token_types_flag_changes_nothing(zoo):
         flagged = inspect_prompt(processor, prompt, {"image": case.images[0]}, {"return_mm_token_type_ids": flag})
         assert flagged.prompt_ids == plain.prompt_ids and len(flagged.items) == 1
         assert (flagged.items[0].offset, flagged.items[0].length) == (plain.items[0].offset, plain.items[0].length)
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "smolvlm", "internvl"])
+def test_the_profiled_video_length_is_vllms_own_count(zoo, name):
+    """hf_bridge tries vLLM's most frames first, where vLLM adds them one step at a time
+    (a count each, which processes blank videos where the processor cannot count): the
+    frames it profiles with are vLLM's, for budgets small and large, one video or two."""
+    from vllm.model_executor.models.transformers.multimodal import MultiModalProcessingInfo
+
+    from hf_bridge.inspect import build_processor
+
+    info = build_processor(zoo(name)).info
+    for seq_len in (512, 65536):  # vLLM's search stops early, or runs to its most frames
+        for videos in (1, 2):
+            counts = {"video": videos}
+            vllms = MultiModalProcessingInfo.get_num_frames_with_most_features(info, seq_len, counts)
+            assert info._most_frames_that_fit(seq_len, counts) == vllms, (seq_len, videos)
