@@ -3,7 +3,7 @@
 Clean means no vLLM engine has run in it. `transformers_side.py` says why checks need
 one. A fresh interpreter spends about 12 s on a CPU importing torch, transformers and
 their processing and generation machinery. That cost was paid once per call: by every
-`validate` in a notebook, and by every reference the suite computes.
+reference the suite and the sweeps compute, and by every checkpoint the zoo builds.
 
 The standard library's forkserver pays it once per calling process instead. Its server
 is a fresh interpreter that imports those modules and then runs nothing. Each call is a
@@ -58,7 +58,8 @@ def _context() -> multiprocessing.context.BaseContext:
 class CleanCall:
     """`function(*args)` in a clean interpreter, started now, beside the caller.
     `result` waits for it. `function` and its arguments must pickle, and so must what
-    it returns."""
+    it returns. A process's first call returns only once the server has made its
+    imports (about 12 s on a CPU), so a caller starts its other work before it."""
 
     def __init__(self, function: Callable[..., Any], *args: Any):
         context = _context()

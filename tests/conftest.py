@@ -48,14 +48,13 @@ class GenericCheckpoints:
         return self.build({model_type: seed})[model_type]
 
     def build(self, seeds: dict[str, int]) -> dict:
-        """{type: checkpoint} for each type, built with its seed."""
-        from hf_bridge.zoo.shrink import build_sweep_model
+        """{type: checkpoint} for each type, built with its seed; the missing ones in one interpreter."""
+        from helpers.sweep_checkpoints import build_each
 
-        for model_type, seed in seeds.items():
-            if (model_type, seed) not in self.built:
-                out = self.root / f"{model_type}-s{seed}"
-                CleanCall(build_sweep_model, model_type, out, seed).result()
-                self.built[(model_type, seed)] = out
+        missing = [(t, self.root / f"{t}-s{s}", s) for t, s in seeds.items() if (t, s) not in self.built]
+        if missing:
+            CleanCall(build_each, missing).result()
+            self.built.update({(t, s): out for t, out, s in missing})
         return {t: self.built[(t, s)] for t, s in seeds.items()}
 
 

@@ -435,8 +435,11 @@ def run(
         cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios)
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
         scratch = Path(scratch)
-        side, encoder_rows = start_transformers_side(model_dir, cases, stage_names, exact_reference, scratch)
+        wanted, rows = transformers_side_wanted(model_dir, cases, stage_names, exact_reference, scratch)
+        encoder_rows = rows.path if rows is not None else None
         workers = [Worker(impls[0], model_dir, list(stage_names), cases, encoder_rows, scratch, lenient, exact_reference)]
+        # after the worker: a process's first clean call waits for its server's imports, beside the worker's
+        side = TransformersSide(model_dir, wanted, rows=rows) if wanted or rows is not None else None
         try:
             if side is not None:
                 with progress(f"transformers: {side.work}, while the {impls[0]} worker starts"):
@@ -455,20 +458,17 @@ def run(
     return report
 
 
-def start_transformers_side(model_dir: str, cases: list, stage_names: Sequence[str], exact_reference: bool,
-                            scratch: Path) -> tuple[TransformersSide | None, Path | None]:
-    """transformers' side of the run, started (None where the run needs nothing of it): the
-    references decoding lacks, and the encoder rows the processing and encoder stages
-    compare with, with the file they are saved to."""
+def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[str], exact_reference: bool,
+                             scratch: Path) -> tuple[dict[str, list[str]], RowsWanted | None]:
+    """What transformers' side of the run computes: the references decoding lacks, and the
+    encoder rows the processing and encoder stages compare with (None where they do not run)."""
     from ..features import feature_token_ids
 
     wanted = missing_references(model_dir, cases, reference_dtypes(exact_reference)) if "decoding" in stage_names else {}
     rows = None
     if "encoder" in stage_names or "processing" in stage_names:
         rows = RowsWanted(scratch / "encoder_rows.npz", cases, feature_token_ids(load_config(model_dir)))
-    if not wanted and rows is None:
-        return None, None
-    return TransformersSide(model_dir, wanted, rows=rows), rows.path if rows else None
+    return wanted, rows
 
 
 def reference_dtypes(exact_reference: bool) -> tuple[str, ...]:
