@@ -199,7 +199,7 @@ PADDING_KWARGS = ("padding", "max_length", "pad_to_multiple_of")
 """The tokenizer kwargs that pad a prompt's text."""
 
 _PADDING_IS_FOR_BATCHES = (
-    "Padding (`padding`, `max_length`, `pad_to_multiple_of`) shapes a batch of prompts for transformers, which "
+    f"Padding ({', '.join(f'`{key}`' for key in PADDING_KWARGS)}) shapes a batch of prompts for transformers, which "
     "masks the pad tokens; vLLM serves each prompt alone and unpadded, and would have run them inside the prompt."
 )
 

@@ -438,9 +438,10 @@ def run(
         wanted, rows = transformers_side_wanted(model_dir, cases, stage_names, exact_reference, scratch)
         encoder_rows = rows.path if rows is not None else None
         workers = [Worker(impls[0], model_dir, list(stage_names), cases, encoder_rows, scratch, lenient, exact_reference)]
-        # after the worker: a process's first clean call waits for its server's imports, beside the worker's
-        side = TransformersSide(model_dir, wanted, rows=rows) if wanted or rows is not None else None
+        side = None
         try:
+            # after the worker: a process's first clean call waits for its server's imports, beside the worker's
+            side = TransformersSide(model_dir, wanted, rows=rows) if wanted or rows is not None else None
             if side is not None:
                 with progress(f"transformers: {side.work}, while the {impls[0]} worker starts"):
                     store_references(model_dir, cases, side.result())
