@@ -59,9 +59,11 @@ class CleanCall:
     """`function(*args)` in a clean interpreter, started now, beside the caller.
     `result` waits for it. `function` and its arguments must pickle, and so must what
     it returns. A process's first call returns only once the server has made its
-    imports (about 12 s on a CPU), so a caller starts its other work before it."""
+    imports (about 12 s on a CPU), so a caller starts its other work before it.
+    `doing` names the work for the caller's reader: a failure reads "{doing} failed"."""
 
-    def __init__(self, function: Callable[..., Any], *args: Any):
+    def __init__(self, function: Callable[..., Any], *args: Any, doing: str):
+        self._doing = doing
         context = _context()
         self._output = Path(tempfile.mkstemp(prefix="hf_bridge_clean_", suffix=".log")[1])
         self._receiver, sender = context.Pipe(duplex=False)
@@ -83,7 +85,7 @@ class CleanCall:
                 outcome, value = "died", f"its process ended with exit code {self._process.exitcode}"
             self._process.join()
             if outcome != "returned":
-                raise CleanCallFailed(f"{value}\n{self._output_tail()}")
+                raise CleanCallFailed(f"{self._doing} failed:\n{value}\n{self._output_tail()}")
             return value
         finally:
             self._close()

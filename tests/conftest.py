@@ -53,7 +53,7 @@ class GenericCheckpoints:
 
         missing = [(t, self.root / f"{t}-s{s}", s) for t, s in seeds.items() if (t, s) not in self.built]
         if missing:
-            CleanCall(build_each, missing).result()
+            CleanCall(build_each, missing, doing=f"building {len(missing)} sweep checkpoint(s)").result()
             self.built.update({(t, s): out for t, out, s in missing})
         return {t: self.built[(t, s)] for t, s in seeds.items()}
 
@@ -71,7 +71,7 @@ class BackboneCheckpoints:
 
         if text_type not in self.built:
             out = self.root / text_type
-            CleanCall(build_backbone_model, text_type, out).result()
+            CleanCall(build_backbone_model, text_type, out, doing=f"building the LLaVA over {text_type}").result()
             self.built[text_type] = out
         return self.built[text_type]
 
@@ -99,7 +99,7 @@ def gemma4_variant(tmp_path_factory):
     def variant(name: str):
         if name not in built:
             out = tmp_path_factory.mktemp(f"gemma4_{name}") / f"gemma4_{name}"
-            CleanCall(gemma4_variant.main, name, out).result()
+            CleanCall(gemma4_variant.main, name, out, doing=f"building the Gemma 4 variant {name}").result()
             built[name] = out
         return built[name]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import parity
 from .checkpoint import load_config
-from ..clean_interpreter import CleanCall, CleanCallFailed
+from ..clean_interpreter import CleanCall
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,16 +45,13 @@ class TransformersSide:
                          "default SDPA attention drops)")
         self.work = " and ".join(work) or "nothing"
         """What it computes, in words (a progress line)."""
-        self._call = CleanCall(transformers_side, str(model_dir), wanted, items_alone, rows)
+        self._call = CleanCall(transformers_side, str(model_dir), wanted, items_alone, rows,
+                               doing="transformers' side of the check")
 
     def result(self) -> dict[str, dict[str, dict]]:
         """Waits for it; the references, {dtype: {case key: `parity.Result` fields, or
         {"error": transformers' own error}}}. Raises where the run itself failed."""
-        try:
-            computed = self._call.result()
-        except CleanCallFailed as failed:
-            raise RuntimeError(f"transformers' side of the check failed:\n{failed}") from None
-        return json.loads(json.dumps(computed))  # as the cache holds them: lists, not tuples
+        return json.loads(json.dumps(self._call.result()))  # as the cache holds them: lists, not tuples
 
     def stop(self) -> None:
         """Ends it early (the caller gave up)."""

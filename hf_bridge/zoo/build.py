@@ -11,7 +11,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..clean_interpreter import CleanCall, CleanCallFailed
+from ..clean_interpreter import CleanCall
 from .specs import SPECS, ZooSpec
 from .tokenizer import build_tokenizer
 
@@ -70,10 +70,7 @@ def build(name: str, directory: Path | None = None, *, seed: int = 0, force: boo
     with FileLock(f"{directory}.lock"):  # another process (a test worker) may be building it
         if not force and _is_built(directory, name, seed):
             return directory
-        try:
-            CleanCall(build_here, name, directory, seed).result()
-        except CleanCallFailed as failed:
-            raise RuntimeError(f"building zoo model {name!r} failed:\n{failed}") from None
+        CleanCall(build_here, name, directory, seed, doing=f"building zoo model {name!r}").result()
     if not _is_built(directory, name, seed):
         raise RuntimeError(f"building zoo model {name!r} left no finished checkpoint in {directory}")
     return directory

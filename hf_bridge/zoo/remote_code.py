@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..clean_interpreter import CleanCall, CleanCallFailed
+from ..clean_interpreter import CleanCall
 
 LOGIT_SCALE = 0.5
 """What the checkpoint's own head multiplies the logits by."""
@@ -35,10 +35,7 @@ def remote_code_copy(source: Path, into: Path, own_config: bool = True) -> Path:
     """Write `source` (a zoo checkpoint) into `into` as a checkpoint with its own code. In a
     clean interpreter, as the zoo builds: models instantiated where a vLLM engine ran are
     not plain transformers."""
-    try:
-        CleanCall(_write_here, Path(source), Path(into), own_config).result()
-    except CleanCallFailed as failed:
-        raise RuntimeError(f"writing {source} as a remote-code checkpoint failed:\n{failed}") from None
+    CleanCall(_write_here, Path(source), Path(into), own_config, doing=f"writing {source} as a remote-code checkpoint").result()
     return into
 
 
