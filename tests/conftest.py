@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -158,12 +159,14 @@ def hf_bridge_log(caplog, monkeypatch):
         caplog.handler.handle(record)
         handle(record)
 
-    seen: set[int] = set()
+    # weak: a record's id is reused once it is freed (`caplog.clear()` frees them), and a
+    # new record at a freed one's address was dropped as a second sighting
+    seen = weakref.WeakSet()
 
     def once(record) -> bool:  # where vLLM's logger propagates, a record reaches caplog twice
-        if id(record) in seen:
+        if record in seen:
             return False
-        seen.add(id(record))
+        seen.add(record)
         return True
 
     monkeypatch.setattr(logger, "handle", also_captured)
@@ -172,3 +175,31 @@ def hf_bridge_log(caplog, monkeypatch):
         yield caplog
     finally:
         caplog.handler.removeFilter(once)
+
+
+@pytest.fixture
+def in_tree_backend_undone(engines, monkeypatch):
+    """For a test that runs vLLM's in-tree Transformers backend in this process. Its compile
+    decorator changes the HF classes it is given in place (`compile_twin.py`): a plain HF
+    model built later in this worker fails ("Current vLLM config is not set"). Each class
+    is recorded as it stood before it was decorated; after the test its engine is closed
+    and the class is put back."""
+    from vllm.model_executor.models.transformers.base import Base
+
+    as_before: dict[type, tuple[tuple, dict]] = {}
+    decorate = Base._decorate_cls_for_torch_compile
+
+    def recorded_then_decorated(self, cls, *args, **kwargs):
+        as_before.setdefault(cls, (cls.__bases__, dict(cls.__dict__)))
+        return decorate(self, cls, *args, **kwargs)
+
+    monkeypatch.setattr(Base, "_decorate_cls_for_torch_compile", recorded_then_decorated)
+    yield
+    engines.close()
+    for cls, (bases, namespace) in as_before.items():
+        cls.__bases__ = bases
+        for name in set(cls.__dict__) - set(namespace):
+            delattr(cls, name)
+        for name, value in namespace.items():
+            if cls.__dict__.get(name) is not value:
+                setattr(cls, name, value)

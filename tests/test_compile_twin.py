@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from hf_bridge.compile_twin import built_as, twin
 
@@ -118,7 +119,7 @@ def test_a_notebook_holds_an_engine_and_the_transformers_model_it_is_checked_aga
 
 @pytest.mark.engine
 @pytest.mark.parametrize("enforce_eager", [True, False], ids=["eager", "compiled"])
-def test_after_the_in_tree_backend_changed_the_class_in_this_process(zoo, engines, enforce_eager):
+def test_after_the_in_tree_backend_changed_the_class_in_this_process(zoo, engines, enforce_eager, in_tree_backend_undone):
     """Once vLLM's in-tree backend has decorated LlamaModel itself, a twin would wrap its
     wrapper (vLLM's decorator then failed: "isinstance() arg 2 must be a type"); hf_bridge
     then takes the class as the in-tree backend left it, and stays at parity."""
@@ -137,3 +138,16 @@ def test_after_the_in_tree_backend_changed_the_class_in_this_process(zoo, engine
         llm = engines.get(model_dir, enforce_eager=enforce_eager, **overrides)
         assert parity.compare(clean, parity.vllm_result(llm, processor, case)) == []
     assert llm.apply_model(lambda model: type(model).__module__) == ["hf_bridge.model"]
+
+
+def test_a_plain_hf_model_builds_after_the_in_tree_backend_ran_in_this_process():
+    """The test above ran vLLM's in-tree backend here, which decorated LlamaModel in place;
+    its fixture put the class back, so a later test in this worker that builds a plain HF
+    model is not failed by the one before it ("Current vLLM config is not set")."""
+    from transformers import LlamaConfig, LlamaModel
+    from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+
+    assert TorchCompileWithNoGuardsWrapper not in LlamaModel.__mro__
+    model = LlamaModel(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1, vocab_size=64))
+    assert model(input_ids=torch.tensor([[1, 2, 3]])).last_hidden_state.shape == (1, 3, 32)
