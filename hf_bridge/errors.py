@@ -109,6 +109,20 @@ def check_media_types(mm_data: Mapping[str, Any]) -> None:
                 )
 
 
+def embeddings_not_taken(modality: str, value: Any) -> str:
+    shape = tuple(value.shape) if hasattr(value, "shape") else f"[{len(value)} tensors of {value[0].ndim} dimensions]"
+    pixels = (
+        " If it holds pixels (channels x height x width, as torchvision reads an image), send it in a "
+        "list, `[tensor]`, which vLLM reads as one image per tensor, or as an HxWxC array "
+        "(`tensor.permute(1, 2, 0).numpy()`)." if modality == "image" and hasattr(value, "shape") else ""
+    )
+    return (
+        f"The request's {modality} data is a torch tensor of shape {shape}, which vLLM reads as precomputed "
+        f"{modality} embeddings ({_PLURAL[modality]} x rows x hidden size), and this engine takes no "
+        f"embeddings.{pixels} To send embeddings, start the engine with `enable_mm_embeds=True`."
+    )
+
+
 def _read_as_batch(modality: str, value: Any) -> bool:
     import numpy as np
     import torch

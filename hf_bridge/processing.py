@@ -44,6 +44,7 @@ from .hf_classes import base_model_class, generating_config
 from .probes import (
     AUDIO_SECONDS,
     HF_DATA_KEYS,
+    MODALITIES,
     ProbeError,
     ProcessorProbe,
     audio_sampling_rate,
@@ -291,7 +292,18 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
     def parse_mm_data(self, mm_data, *, validate: bool = True):
         if validate:
             errors.check_media_types(mm_data)
+            self._check_embeddings_taken(mm_data)
         return super().parse_mm_data(mm_data, validate=validate)
+
+    def _check_embeddings_taken(self, mm_data) -> None:
+        """vLLM reads a bare 3-D torch tensor as embeddings, and refuses them without
+        `enable_mm_embeds` by naming that flag alone; an image tensor as torchvision reads
+        it (channels x height x width) is pixels, which the refusal should say how to send."""
+        if self.ctx.get_mm_config().enable_mm_embeds:
+            return
+        for modality, value in mm_data.items():
+            if modality in MODALITIES and MultiModalDataParser.is_embeddings(value):
+                raise ValueError(errors.embeddings_not_taken(modality, value))
 
     def frame(self, modality: str) -> frame.PromptFrame:
         """What the processor adds to prompts with `modality` items (`ProcessorProbe.frame`)."""

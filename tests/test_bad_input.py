@@ -20,6 +20,9 @@ def bad_input_results(zoo):
         ("fewer_placeholders", r"holds 1 image placeholder\(s\) .* carries 2 images"),
         ("unreadable_image", r"Image 0 of this request cannot be read as image: got an array of shape \(5,\)"),
         ("undecodable_image", r"Image 0 of this request cannot be read as image: got str"),
+        # vLLM's own refusal named only `--enable-mm-embeds`
+        ("image_tensor_as_torchvision_reads_it", r"image data is a torch tensor of shape \(3, 64, 64\), which vLLM reads as "
+                                                 r"precomputed image embeddings .* send it in a list, `\[tensor\]`"),
         ("unsupported_modality", r"does not take video input: its processor \(LlavaProcessor\) takes image input only"),
         # vLLM itself says "Failed to load the processor ... consider setting `trust_remote_code=True`"
         ("refused_processor_kwargs", r"HF processor refused a value of the processor kwargs \(ValueError: size must have "
@@ -95,3 +98,37 @@ def test_engine_kwargs_that_pad_the_text_are_refused_at_start(zoo, name):
         build_processor(model_dir, mm_processor_kwargs={"padding": "max_length", "max_length": 200})
     for harmless in ({"padding": "longest"}, {"pad_to_multiple_of": 64}):
         assert "image" in build_processor(model_dir, mm_processor_kwargs=harmless).info.supported_mm_limits
+
+
+def test_an_image_tensor_is_refused_with_the_ways_to_send_its_pixels(zoo):
+    """torchvision reads an image as a channels x height x width tensor, which vLLM reads as
+    embeddings; without `enable_mm_embeds` the refusal names the pixel forms, and each form
+    it names gives the prompt and item data a PIL image gives."""
+    import re
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.validate import parity
+
+    for name in ("llava", "qwen2_vl"):
+        processor = build_processor(zoo(name))
+        prompt = parity.prompt_text(processor.info.get_hf_processor(), parity.Case("one_image", num_images=1))
+        pixels = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+        tensor = torch.from_numpy(pixels).permute(2, 0, 1)
+        with pytest.raises(ValueError, match=re.escape(
+                "The request's image data is a torch tensor of shape (3, 48, 64), which vLLM reads as precomputed "
+                "image embeddings (images x rows x hidden size), and this engine takes no embeddings. If it holds pixels")):
+            inspect_prompt(processor, prompt, {"image": tensor})
+        as_pil = inspect_prompt(processor, prompt, {"image": Image.fromarray(pixels)})
+        for form in ([tensor], tensor.permute(1, 2, 0).numpy()):
+            sent = inspect_prompt(processor, prompt, {"image": form})
+            assert sent.prompt_ids == as_pil.prompt_ids
+            (mine,), (theirs,) = sent.items, as_pil.items
+            assert all(torch.equal(mine.data[key], theirs.data[key]) for key in theirs.data
+                       if isinstance(theirs.data[key], torch.Tensor)), name
+        embeddings_taken = build_processor(zoo(name), enable_mm_embeds=True)
+        with pytest.raises(ValueError, match="the request carries 3 images"):  # vLLM's reading stands: 3 embeddings
+            inspect_prompt(embeddings_taken, prompt, {"image": tensor})

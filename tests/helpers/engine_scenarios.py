@@ -17,6 +17,7 @@ def emit(**kwargs):
 
 def bad_input(model_dir: str) -> None:
     import numpy as np
+    import torch
     from vllm import SamplingParams
 
     from hf_bridge.validate import parity
@@ -31,6 +32,8 @@ def bad_input(model_dir: str) -> None:
         "fewer_placeholders": {"prompt": "user: <image>hi", "multi_modal_data": {"image": [image, image]}},
         "unreadable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": np.zeros(5, np.uint8)}},
         "undecodable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": "data:image/png;base64,AAAA"}},
+        "image_tensor_as_torchvision_reads_it": {
+            "prompt": "user: <image>hi", "multi_modal_data": {"image": torch.from_numpy(np.asarray(image)).permute(2, 0, 1)}},
         "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
         "refused_processor_kwargs": {**good, "mm_processor_kwargs": {"size": {"foo": 3}}},
         "kwargs_against_config": {**good, "mm_processor_kwargs": {"vision_feature_select_strategy": "full"}},
