@@ -92,6 +92,8 @@ def check_media_types(mm_data: Mapping[str, Any]) -> None:
     """Reject media that no processor can read, before anything is processed, each item
     numbered as vLLM's parser reads the request's data."""
     for modality, value in mm_data.items():
+        if modality == "audio" and _channels_last_clip(value):
+            raise ValueError(channels_read_as_clips(tuple(value.shape)))
         if modality not in _ACCEPTED or value is None:
             continue
         batch = _read_as_batch(modality, value)
@@ -107,6 +109,28 @@ def check_media_types(mm_data: Mapping[str, Any]) -> None:
                     f"{modality.capitalize()} {index} of this request cannot be read as {modality}: "
                     f"{problem}. Pass {_ACCEPTED[modality]}."
                 )
+
+
+MOST_AUDIO_CHANNELS = 8
+"""A clip's second dimension up to this is its channels: as clips, its rows would be too
+short for any model to give them a position (8 samples: half a millisecond at 16 kHz)."""
+
+
+def _channels_last_clip(value: Any) -> bool:
+    """A bare (samples, channels) array, as soundfile reads a stereo clip: vLLM's parser
+    reads each row of a 2-D array as a clip of its own."""
+    import numpy as np
+    import torch
+
+    return isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 2 and value.shape[1] <= MOST_AUDIO_CHANNELS
+
+
+def channels_read_as_clips(shape: tuple[int, ...]) -> str:
+    return (
+        f"The request's audio is an array of shape {shape}, which vLLM reads as {shape[0]} clips of {shape[1]} "
+        f"sample(s) each, one per row: a clip of {shape[1]} channels, as soundfile reads one (samples x channels). "
+        "Send the clip as mono samples, one dimension (`array.mean(axis=1)`); several clips as a list of them."
+    )
 
 
 def embeddings_not_taken(modality: str, value: Any) -> str:

@@ -615,7 +615,8 @@ def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(gener
     """A clip of 10 samples gets no audio position from Qwen2-Audio's processor (transformers'
     neither): it was refused as if the processor "does not report `mm_token_type_ids`". A
     stereo array is refused by the feature extractor with a broadcasting error; the message
-    now names the shape and the fix (mono samples). The engine keeps serving."""
+    now names the shape and the fix (mono samples). A bare (samples, channels) array, which
+    vLLM reads as one clip per row, is refused naming that reading. The engine keeps serving."""
     import numpy as np
     from transformers import AutoProcessor
     from vllm import SamplingParams
@@ -638,6 +639,11 @@ def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(gener
         generate(one_second[:10])
     with pytest.raises(ValueError, match=re.escape("it holds an array of shape (2, 16000): send the clip as mono samples")):
         generate(np.stack([one_second, one_second]))
+    # bare, as soundfile reads it: vLLM's parser reads each row as a clip (had: "At most 1 audio(s) may be provided")
+    with pytest.raises(ValueError, match=re.escape("The request's audio is an array of shape (16000, 2), which vLLM reads "
+                                                   "as 16000 clips of 2 sample(s) each, one per row")):
+        llm.generate({"prompt": prompt, "multi_modal_data": {"audio": np.stack([one_second, one_second], axis=1)}},
+                     SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
     assert generate(one_second) == served
 
 
