@@ -72,9 +72,6 @@ from transformers' default config and processor classes alone (the recipes of St
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer,
 Nemotron-H-Omni and Qwen3-Omni-MoE add what their default configs lack, as their
 checkpoints have it).
-
-Named to run after `test_model_layers`: an engine decorates the HF classes it serves
-in place (Cohere2's among them), and that module builds plain HF heads in-process.
 """
 
 from __future__ import annotations
