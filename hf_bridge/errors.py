@@ -134,16 +134,18 @@ def channels_read_as_clips(shape: tuple[int, ...]) -> str:
 
 
 def embeddings_not_taken(modality: str, value: Any) -> str:
-    shape = tuple(value.shape) if hasattr(value, "shape") else f"[{len(value)} tensors of {value[0].ndim} dimensions]"
+    """`value`: one 3-D tensor, or a list of 2-D ones (vLLM's two readings as embeddings)."""
+    one_tensor = hasattr(value, "shape")
+    sent = f"a torch tensor of shape {tuple(value.shape)}" if one_tensor else f"a list of {len(value)} 2-D torch tensors"
     pixels = (
         " If it holds pixels (channels x height x width, as torchvision reads an image), send it in a "
         "list, `[tensor]`, which vLLM reads as one image per tensor, or as an HxWxC array "
-        "(`tensor.permute(1, 2, 0).numpy()`)." if modality == "image" and hasattr(value, "shape") else ""
+        "(`tensor.permute(1, 2, 0).numpy()`)." if modality == "image" and one_tensor else ""
     )
     return (
-        f"The request's {modality} data is a torch tensor of shape {shape}, which vLLM reads as precomputed "
-        f"{modality} embeddings ({_PLURAL[modality]} x rows x hidden size), and this engine takes no "
-        f"embeddings.{pixels} To send embeddings, start the engine with `enable_mm_embeds=True`."
+        f"The request's {modality} data is {sent}, which vLLM reads as precomputed {modality} embeddings "
+        f"({_PLURAL[modality]} x rows x hidden size{'' if one_tensor else ', a tensor per item'}), and this "
+        f"engine takes no embeddings.{pixels} To send embeddings, start the engine with `enable_mm_embeds=True`."
     )
 
 

@@ -122,6 +122,10 @@ def test_an_image_tensor_is_refused_with_the_ways_to_send_its_pixels(zoo):
                 "The request's image data is a torch tensor of shape (3, 48, 64), which vLLM reads as precomputed "
                 "image embeddings (images x rows x hidden size), and this engine takes no embeddings. If it holds pixels")):
             inspect_prompt(processor, prompt, {"image": tensor})
+        with pytest.raises(ValueError, match=re.escape(
+                "The request's image data is a list of 1 2-D torch tensors, which vLLM reads as precomputed image "
+                "embeddings (images x rows x hidden size, a tensor per item), and this engine takes no embeddings. To send")):
+            inspect_prompt(processor, prompt, {"image": [torch.zeros(16, 64)]})
         as_pil = inspect_prompt(processor, prompt, {"image": Image.fromarray(pixels)})
         for form in ([tensor], tensor.permute(1, 2, 0).numpy()):
             sent = inspect_prompt(processor, prompt, {"image": form})
