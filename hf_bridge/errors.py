@@ -129,7 +129,17 @@ def channels_read_as_clips(shape: tuple[int, ...]) -> str:
     return (
         f"The request's audio is an array of shape {shape}, which vLLM reads as {shape[0]} clips of {shape[1]} "
         f"sample(s) each, one per row: a clip of {shape[1]} channels, as soundfile reads one (samples x channels). "
-        "Send the clip as mono samples, one dimension (`array.mean(axis=1)`); several clips as a list of them."
+        "Send the clip as `(array, sampling_rate)`, which hf_bridge averages to one channel, or as mono samples, "
+        "one dimension (`array.mean(axis=1)`); several clips as a list of them."
+    )
+
+
+def audio_rows_read_as_clips(shape: tuple[int, ...]) -> str:
+    return (
+        f"The request's audio is one array of shape {shape}, which vLLM reads as {shape[0]} clips, one per row. "
+        "If its rows are one clip's channels (channels x samples, as torchaudio loads a clip), send it as "
+        "`(array, sampling_rate)`, which hf_bridge averages to one channel, or as mono samples "
+        "(`array.mean(axis=0)`); several clips as a list of them."
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import BatchFeature
+from vllm.exceptions import VLLMValidationError
 from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.multimodal import (
     _MAX_FRAMES_PER_VIDEO,
@@ -38,6 +39,7 @@ from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalData
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
 from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_sides, placeholders, split
+from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class, generating_config
@@ -282,10 +284,11 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     def get_data_parser(self) -> MultiModalDataParser:
         """vLLM's parser for this processor, taking embedding items as dicts too (`embeds.py`),
-        keeping each given video's metadata (`video_metadata.py`), resampling audio with a
-        method that is installed (`audio_resampling.py`)."""
+        keeping each given video's metadata (`video_metadata.py`), averaging each clip's
+        channels (`audio_channels.py`), resampling audio with a method that is installed
+        (`audio_resampling.py`)."""
         parser = super().get_data_parser()
-        parser.__class__ = MetadataKeepingParser  # adds branches; every setting kept
+        parser.__class__ = HFBridgeDataParser  # adds branches; every setting kept
         parser.audio_resampler.method = installed_resampler(parser.audio_resampler.method)
         return parser
 
@@ -293,7 +296,13 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if validate:
             errors.check_media_types(mm_data)
             self._check_embeddings_taken(mm_data)
-        return super().parse_mm_data(mm_data, validate=validate)
+        try:
+            return super().parse_mm_data(mm_data, validate=validate)
+        except VLLMValidationError as exc:  # vLLM's count of the items it read
+            shape = array_rows_shape(mm_data.get("audio"))
+            if exc.parameter != "audio" or shape is None:
+                raise
+            raise VLLMValidationError(f"{exc.args[0]} {errors.audio_rows_read_as_clips(shape)}", parameter="audio") from exc
 
     def _check_embeddings_taken(self, mm_data) -> None:
         """vLLM reads a bare 3-D torch tensor as embeddings, and refuses them without
@@ -402,6 +411,10 @@ def _capped(size: ImageSize) -> ImageSize:
     return ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
 
 
+class HFBridgeDataParser(MonoClipParser, MetadataKeepingParser):
+    """vLLM's parser with every branch hf_bridge adds to it."""
+
+
 class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
     """Profiling prompts made of the same placeholder text real prompts hold."""
 
@@ -446,7 +459,10 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 if found:
                     raise ValueError(errors.placeholder_not_wanted(modality, text, found, self.info.get_hf_processor()))
             elif found != given and (given or found):
-                raise ValueError(errors.placeholder_mismatch(modality, text, found, given))
+                message = errors.placeholder_mismatch(modality, text, found, given)
+                if isinstance(rows := inputs.mm_data_items.get(modality), ArrayRowsAudioItems):
+                    message += " " + errors.audio_rows_read_as_clips(rows.array_shape)
+                raise ValueError(message)
             if prompt_frame is not None and not prompt_frame.is_empty:
                 frames.append((prompt_frame, target, given))
         written = {m: n for m, n in counts.items() if n and m in probes.writes_prompt}

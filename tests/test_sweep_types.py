@@ -611,12 +611,16 @@ def test_a_clip_longer_than_the_processor_keeps_is_refused_or_cut_on_request(gen
 def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(generic_checkpoints, engines):
     """A clip of 10 samples gets no audio position from Qwen2-Audio's processor (transformers'
     neither): it was refused as if the processor "does not report `mm_token_type_ids`". A
-    stereo array is refused by the feature extractor with a broadcasting error; the message
-    now names the shape and the fix (mono samples). A bare (samples, channels) array, which
-    vLLM reads as one clip per row, is refused naming that reading. The engine keeps serving."""
+    stereo clip with its rate is heard as its channels' mean, either way round and at
+    another rate, as vLLM's native audio models hear it (the feature extractor had refused
+    it with a broadcasting error; `audio_channels.py`). A bare 2-D array, which vLLM reads
+    as one clip per row, is refused naming that reading: a (samples, channels) one always,
+    a (channels, samples) one where its rows are more clips than the request may hold. The
+    engine keeps serving."""
     import numpy as np
     from transformers import AutoProcessor
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
 
     model_dir = generic_checkpoints["qwen2_audio"]
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -624,23 +628,42 @@ def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(gener
     prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
     rate = processor.feature_extractor.sampling_rate
 
-    def generate(clip):
-        (out,) = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, rate)}},
+    def generate_at(clip, clip_rate):
+        (out,) = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, clip_rate)}},
                               SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
         return out.outputs[0].token_ids
+
+    def generate(clip):
+        return generate_at(clip, rate)
 
     one_second = parity.test_audio(seconds=1.0, seed=1)
     served = generate(one_second)
     with pytest.raises(ValueError, match=re.escape("Audio 0 of this request lasts 0.0006 s, and Qwen2AudioProcessor "
                                                    "gives it no embedding position: too short a clip")):
         generate(one_second[:10])
-    with pytest.raises(ValueError, match=re.escape("it holds an array of shape (2, 16000): send the clip as mono samples")):
-        generate(np.stack([one_second, one_second]))
+    # two different channels: their mean is heard, not the first alone
+    other = parity.test_audio(seconds=1.0, seed=2)
+    heard = generate((one_second + other) / 2)
+    assert heard != served
+    assert generate(np.stack([one_second, other])) == heard
+    assert generate(np.stack([one_second, other], axis=1)) == heard
+    # at 8 kHz: channels averaged before resampling (vLLM's own order resamples (samples, channels) along its channels)
+    left, right = one_second[::2], other[::2]
+    assert generate_at(np.stack([left, right], axis=1), rate // 2) == generate_at((left + right) / 2, rate // 2)
+
+    def generate_bare(array):
+        return llm.generate({"prompt": prompt, "multi_modal_data": {"audio": array}},
+                            SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+
     # bare, as soundfile reads it: vLLM's parser reads each row as a clip (had: "At most 1 audio(s) may be provided")
     with pytest.raises(ValueError, match=re.escape("The request's audio is an array of shape (16000, 2), which vLLM reads "
                                                    "as 16000 clips of 2 sample(s) each, one per row")):
-        llm.generate({"prompt": prompt, "multi_modal_data": {"audio": np.stack([one_second, one_second], axis=1)}},
-                     SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+        generate_bare(np.stack([one_second, other], axis=1))
+    # bare, as torchaudio loads it: two clips to vLLM, more than this engine's one per prompt
+    with pytest.raises(VLLMValidationError, match=re.escape("At most 1 audio(s) may be provided in one prompt. The request's audio is "
+                                                   "one array of shape (2, 16000), which vLLM reads as 2 clips, one per row. "
+                                                   "If its rows are one clip's channels")):
+        generate_bare(np.stack([one_second, other]))
     assert generate(one_second) == served
 
 
