@@ -162,6 +162,19 @@ SETTINGS = [
             per_request={"do_sample_frames": True, "fps": 1}),
     Setting("aria-split-per-request", "aria", "images split into crops beside the whole, per request",
             per_request={"split_image": True}),
+    Setting("qwen2_5_vl-min-max-pixels-per-request", "qwen2_5_vl",
+            "12544-50176 pixels, per request, by the names Qwen's model cards use (`min_pixels`, `max_pixels`)",
+            per_request={"min_pixels": 12544, "max_pixels": 50176}),
+    Setting("internvl-no-crops-per-request", "internvl", "no crops: one tile, per request", per_request={"crop_to_patches": False}),
+    Setting("aya_vision-2-crops-per-request", "aya_vision", "up to 2 crops (the zoo's 4), per request", per_request={"max_patches": 2}),
+    Setting("gemma3-pan-and-scan-saved", "gemma3", "pan and scan, saved: an image and its crops, text between them in one item",
+            image_processor=PAN_AND_SCAN),
+    Setting("idefics3-larger-images-per-request", "idefics3", "images up to 224 px (the zoo's 112), per request: more tiles",
+            per_request={"size": {"longest_edge": 224}}),
+    Setting("smolvlm-2-frames-no-tiles-per-request", "smolvlm", "video sampled to 2 frames, per request, tiles off",
+            per_request={"do_sample_frames": True, "num_frames": 2, "do_image_splitting": False}),
+    Setting("mistral3-smaller-per-request", "mistral3", "images up to 56 px (the zoo's 112), per request: a smaller patch grid",
+            per_request={"size": {"longest_edge": 56}}),
 ]
 
 
