@@ -21,8 +21,9 @@ from vllm.multimodal.parse import AudioProcessorItems, MultiModalDataParser
 
 
 def array_rows_shape(value: Any) -> tuple[int, ...] | None:
-    """The shape of `value` where it is one bare 2-D array, which vLLM reads as one clip per row."""
-    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 2:
+    """The shape of `value` where it is one bare 2-D array of several rows, which vLLM reads
+    as one clip per row."""
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 2 and value.shape[0] > 1:
         return tuple(value.shape)
     return None
 

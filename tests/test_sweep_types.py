@@ -667,6 +667,34 @@ def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(gener
     assert generate(one_second) == served
 
 
+def test_rows_of_one_array_more_than_the_prompts_placeholders_are_named_as_rows(generic_checkpoints):
+    """At the processor, no engine: a (channels, samples) array, as torchaudio loads a stereo
+    clip, is two clips to vLLM's parser, one per row, and can hold two clips as well; where the
+    prompt has one placeholder, the count error names that reading and the fixes. The fix it
+    names, the array with its rate, gives the prompt and data of the channels' mean."""
+    import numpy as np
+    from transformers import AutoProcessor
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+
+    model_dir = generic_checkpoints["qwen2_audio"]
+    hf_processor = AutoProcessor.from_pretrained(model_dir)
+    processor = build_processor(model_dir, limit_mm_per_prompt={"audio": 2})
+    prompt = parity.prompt_text(hf_processor, parity.standard_cases(64)["audio"])
+    rate = hf_processor.feature_extractor.sampling_rate
+    left, right = parity.test_audio(seconds=1.0, seed=1), parity.test_audio(seconds=1.0, seed=2)
+    with pytest.raises(ValueError, match=re.escape(
+            "The prompt holds 1 audio placeholder(s) ('<|AUDIO|>') but the request carries 2 audios. Give exactly one audio "
+            "per placeholder") + ".* " + re.escape("The request's audio is one array of shape (2, 16000), which vLLM reads "
+                                                   "as 2 clips, one per row. If its rows are one clip's channels")):
+        inspect_prompt(processor, prompt, {"audio": np.stack([left, right])})
+    stereo = inspect_prompt(processor, prompt, {"audio": (np.stack([left, right]), rate)})
+    mono = inspect_prompt(processor, prompt, {"audio": ((left + right) / 2, rate)})
+    assert stereo.prompt_ids == mono.prompt_ids
+    ((key, value),) = [(k, v) for k, v in mono.items[0].data.items() if k.endswith("input_features")]
+    assert np.allclose(np.asarray(stereo.items[0].data[key]), np.asarray(value), atol=1e-6)
+
+
 @pytest.mark.engine
 def test_audio_beside_an_image_is_placed_by_the_length_its_forward_derives(generic, engines):
     """Qwen2.5-Omni's M-RoPE places an audio's tokens by the audio's feature length, which
