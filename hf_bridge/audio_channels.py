@@ -6,6 +6,10 @@ as soundfile reads one, is its channels. The in-tree backend's parser keeps the 
 and the feature extractor then refuses the clip. hf_bridge's parser averages a clip's
 channels first, then resamples it (`MonoClipParser`).
 
+A clip given with its rate as a torch tensor, as `torchaudio.load` returns it, reached the
+feature extractor as a tensor, which Whisper's refused with a broadcasting error; vLLM turns
+a clip given alone into numpy, and hf_bridge's parser does so for a clip with its rate too.
+
 A bare 2-D array is not one clip to vLLM's parser but one clip per row. Where that reading
 leaves the request's audio count wrong, the error says so (`array_rows_shape`).
 """
@@ -37,11 +41,13 @@ class ArrayRowsAudioItems(AudioProcessorItems):
 
 
 class MonoClipParser(MultiModalDataParser):
-    """vLLM's parser, averaging each clip's channels before it is resampled."""
+    """vLLM's parser, making each clip a numpy array and averaging its channels before it is resampled."""
 
     def _get_audio_with_sr(self, audio):
         clip, rate = super()._get_audio_with_sr(audio)
-        if isinstance(clip, (np.ndarray, torch.Tensor)) and clip.ndim == 2:
+        if isinstance(clip, torch.Tensor):
+            clip = clip.numpy(force=True)
+        if isinstance(clip, np.ndarray) and clip.ndim == 2:
             clip = normalize_audio(clip, MONO_AUDIO_SPEC)
         return clip, rate
 

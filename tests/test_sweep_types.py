@@ -671,8 +671,10 @@ def test_rows_of_one_array_more_than_the_prompts_placeholders_are_named_as_rows(
     """At the processor, no engine: a (channels, samples) array, as torchaudio loads a stereo
     clip, is two clips to vLLM's parser, one per row, and can hold two clips as well; where the
     prompt has one placeholder, the count error names that reading and the fixes. The fix it
-    names, the array with its rate, gives the prompt and data of the channels' mean."""
+    names, the array with its rate, gives the prompt and data of the channels' mean, as a
+    numpy array or a torch tensor."""
     import numpy as np
+    import torch
     from transformers import AutoProcessor
 
     from hf_bridge.inspect import build_processor, inspect_prompt
@@ -688,11 +690,14 @@ def test_rows_of_one_array_more_than_the_prompts_placeholders_are_named_as_rows(
             "per placeholder") + ".* " + re.escape("The request's audio is one array of shape (2, 16000), which vLLM reads "
                                                    "as 2 clips, one per row. If its rows are one clip's channels")):
         inspect_prompt(processor, prompt, {"audio": np.stack([left, right])})
-    stereo = inspect_prompt(processor, prompt, {"audio": (np.stack([left, right]), rate)})
     mono = inspect_prompt(processor, prompt, {"audio": ((left + right) / 2, rate)})
-    assert stereo.prompt_ids == mono.prompt_ids
     ((key, value),) = [(k, v) for k, v in mono.items[0].data.items() if k.endswith("input_features")]
-    assert np.allclose(np.asarray(stereo.items[0].data[key]), np.asarray(value), atol=1e-6)
+    # as numpy, and as the torch tensor `torchaudio.load` returns with its rate (which reached
+    # Whisper's feature extractor as a tensor, refused with a broadcasting error, mono too)
+    for clip in (np.stack([left, right]), torch.from_numpy(np.stack([left, right])), torch.from_numpy((left + right) / 2)):
+        heard = inspect_prompt(processor, prompt, {"audio": (clip, rate)})
+        assert heard.prompt_ids == mono.prompt_ids
+        assert np.allclose(np.asarray(heard.items[0].data[key]), np.asarray(value), atol=1e-6)
 
 
 @pytest.mark.engine
