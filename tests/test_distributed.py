@@ -83,6 +83,18 @@ def test_pipeline_parallel_2_carries_side_features_to_the_later_rank(zoo):
 
 
 @pytest.mark.slow
+def test_pipeline_parallel_2_gives_the_last_rank_a_tied_heads_embeddings(zoo, tmp_path):
+    """A tied head (`helpers/tied_checkpoint.py`) sits on the last rank, the input embeddings
+    it shares on the first: the last rank keeps a copy of the embeddings to load the head
+    from, as vLLM's Transformers backend does for a model that ties. Untied there, the head
+    keeps the random values it was made with."""
+    from helpers.tied_checkpoint import tied_copy
+
+    model_dir = tied_copy(zoo("qwen2_vl"), tmp_path / "qwen2_vl-tied")
+    assert _pipeline_parallel(model_dir, 64, "text_only,one_image") == {"text_only": [], "one_image": []}
+
+
+@pytest.mark.slow
 def test_pipeline_parallel_2_across_two_nodes_reaches_parity(zoo, tmp_path):
     """vLLM's own multi-node launch (multiprocess backend, `--nnodes 2`): the head node here,
     a headless second node in a process of its own, joined over TCP as two machines would be,

@@ -163,3 +163,27 @@ def test_parity_refuses_an_engine_that_is_not_float32(zoo, engines):
     llm = engines.get(model_dir, dtype="bfloat16")
     with pytest.raises(ValueError, match=r'runs in torch\.bfloat16: build it with LLM\(\.\.\., dtype="float32"\)'):
         parity.vllm_result(llm, AutoProcessor.from_pretrained(model_dir), parity.standard_cases(64)["text_only"])
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("arch", ["qwen2_vl", "llava_onevision"])
+def test_a_checkpoint_with_tied_embeddings_keeps_parity(arch, zoo, engines, tmp_path):
+    """Many small VLMs tie their head to their input embeddings and store no head
+    (Qwen2-VL-2B, LLaVA-OneVision-0.5B); the zoo's do not (`helpers/tied_checkpoint.py`).
+    vLLM's head then shares the embedding table, which only a tied head can load from:
+    left untied, it keeps the random values it was made with, and every token differs."""
+    from safetensors import safe_open
+    from transformers import AutoProcessor
+
+    from helpers.tied_checkpoint import HEAD_WEIGHT, tied_copy
+
+    model_dir = tied_copy(zoo(arch), tmp_path / f"{arch}-tied")
+    with safe_open(model_dir / "model.safetensors", "pt") as stored:
+        assert not [name for name in stored.keys() if name.endswith(HEAD_WEIGHT)]
+    standard = parity.standard_cases(SPECS[arch].min_image_side)
+    cases = [standard["one_image"], standard["text_only"]]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt=limits(arch))
+    for case, reference in zip(cases, references(model_dir, cases)):
+        assert not parity.is_degenerate(reference.tokens), (case.name, reference.tokens)
+        assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
