@@ -59,6 +59,16 @@ def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tup
     )
 
 
+def pixels_scaled_twice(modality: str, index: int, processor: Any) -> str:
+    return (
+        f"{modality.capitalize()} {index} of this request holds float pixels within [0, 1] (as torchvision's "
+        f"`ToTensor` or `array / 255` give them), and {type(processor).__name__} divides pixels by 255 itself "
+        f"(`do_rescale`), so the model would see the {modality} nearly black. Send its pixels in 0-255: a PIL "
+        f"image, uint8 pixels (`(pixels * 255).round()`, cast to uint8) or floats in 0-255; or keep these and "
+        "pass `mm_processor_kwargs={'do_rescale': False}`."
+    )
+
+
 def audio_clip_too_short(index: int, seconds: float, placed: float, processor: Any) -> str:
     return (
         f"Audio {index} of this request lasts {seconds:.4f} s, and {type(processor).__name__} gives it no "

@@ -38,7 +38,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_sides, placeholders, split
+from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_scale, pixel_sides, placeholders, split
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
@@ -558,6 +558,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
+        elif modality in pixel_scale.PIXEL_KEYS:
+            self._check_pixels_scaled_once(modality, index, item, out, hf_kwargs)
         return out, expansion
 
     def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain,
@@ -620,6 +622,19 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         default = self._probe_without_request_kwargs("audio", item, default_kwargs)
         if default is not None and not _same_model_inputs(default[0], out):
             raise ValueError(errors.audio_clip_cut(index, seconds, longest, self.info.get_hf_processor()))
+
+    def _check_pixels_scaled_once(self, modality: str, index: int, item: dict, out: BatchFeature,
+                                  hf_kwargs: Mapping[str, object]) -> None:
+        """Refuse pixels sent scaled to [0, 1] where the processor scales them by 1/255 again
+        (`pixel_scale.py`): the model would see the item nearly black, silently. Only such
+        float items pay for the second processing that tells."""
+        processor = self.info.probes.processor
+        meant = pixel_scale.scaled_up(modality, item)
+        if meant is None or not pixel_scale.rescales(processor, modality, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
+            return
+        meant_out = self._probe_without_request_kwargs(modality, meant, hf_kwargs)  # None: nothing to compare with
+        if meant_out is not None and pixel_scale.scaled_twice(out, meant_out[0]):
+            raise ValueError(errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
 
     def _probe_without_request_kwargs(self, modality: str, item: dict, plain_kwargs: Mapping[str, object]):
         """The item's output and expansion without the request's processor kwargs

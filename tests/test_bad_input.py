@@ -23,6 +23,9 @@ def bad_input_results(zoo):
         # vLLM's own refusal named only `--enable-mm-embeds`
         ("image_tensor_as_torchvision_reads_it", r"image data is a torch tensor of shape \(3, 64, 64\), which vLLM reads as "
                                                  r"precomputed image embeddings .* send it in a list, `\[tensor\]`"),
+        # transformers divides them by 255 again, silently: the model saw the image nearly black
+        ("pixels_scaled_to_unit_range", r"Image 0 of this request holds float pixels within \[0, 1\] .*LlavaProcessor "
+                                        r"divides pixels by 255 itself.*`mm_processor_kwargs=\{'do_rescale': False\}`"),
         ("unsupported_modality", r"does not take video input: its processor \(LlavaProcessor\) takes image input only"),
         # vLLM itself says "Failed to load the processor ... consider setting `trust_remote_code=True`"
         ("refused_processor_kwargs", r"HF processor refused a value of the processor kwargs \(ValueError: size must have "

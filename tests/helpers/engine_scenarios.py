@@ -34,6 +34,8 @@ def bad_input(model_dir: str) -> None:
         "undecodable_image": {"prompt": "user: <image>hi", "multi_modal_data": {"image": "data:image/png;base64,AAAA"}},
         "image_tensor_as_torchvision_reads_it": {
             "prompt": "user: <image>hi", "multi_modal_data": {"image": torch.from_numpy(np.asarray(image)).permute(2, 0, 1)}},
+        "pixels_scaled_to_unit_range": {  # as torchvision's `ToTensor` gives them
+            "prompt": "user: <image>hi", "multi_modal_data": {"image": [torch.from_numpy(np.asarray(image)).permute(2, 0, 1) / 255]}},
         "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
         "refused_processor_kwargs": {**good, "mm_processor_kwargs": {"size": {"foo": 3}}},
         "kwargs_against_config": {**good, "mm_processor_kwargs": {"vision_feature_select_strategy": "full"}},
