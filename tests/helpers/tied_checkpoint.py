@@ -12,9 +12,10 @@ from pathlib import Path
 HEAD_WEIGHT = "lm_head.weight"
 
 
-def tied_copy(model_dir: Path, into: Path) -> Path:
+def tied_copy(model_dir: Path, into: Path, keep_head: bool = False) -> Path:
     """`into`, holding `model_dir` tied: the config says so where transformers 5 reads it
-    (the top) and where transformers 4 did (the text config), and the head's weight is gone."""
+    (the top) and where transformers 4 did (the text config), and the head's weight is gone;
+    `keep_head` keeps it, a head of its own the config wrongly calls tied."""
     from safetensors.torch import load_file, save_file
 
     from hf_bridge.zoo.variant import variant
@@ -25,6 +26,8 @@ def tied_copy(model_dir: Path, into: Path) -> Path:
     if "text_config" in config:
         keys["text_config"] = {**config["text_config"], "tie_word_embeddings": True}
     variant(model_dir, into, config=keys)
+    if keep_head:
+        return into
     (into / weights.name).unlink()  # the original's, linked: written through, it would change the original
     stored = load_file(weights)
     tensors = {name: tensor for name, tensor in stored.items() if not name.endswith(HEAD_WEIGHT)}
