@@ -20,12 +20,32 @@ def _processors_error(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {reason}" if reason else type(cause).__name__
 
 
-def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int) -> str:
+def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int,
+                         expanded: tuple[str, int] | None = None) -> str:
+    """`expanded`: an embedding token the prompt holds over and over, and how many times in a row."""
+    counts = (f"The prompt holds {found} {modality} placeholder(s) ({placeholder!r}) but the request "
+              f"carries {given} {_PLURAL.get(modality, modality)}.")
+    if expanded is not None:
+        token, run = expanded
+        return (
+            f"{counts} It holds {token!r} {run} times in a row, as the HF processor's `input_ids` do once it has "
+            "expanded each placeholder: vLLM expands each placeholder itself, so send the prompt as the processor "
+            f"takes it (the text, or the tokenizer's ids of it), with one {placeholder!r} per {modality}."
+        )
     return (
-        f"The prompt holds {found} {modality} placeholder(s) ({placeholder!r}) but the request "
-        f"carries {given} {_PLURAL.get(modality, modality)}. Give exactly one {modality} per "
-        f"placeholder: add or remove {modality}s, or placeholders (applying the model's chat "
-        "template to messages with one {'type': '" + modality + "'} part per item does this)."
+        f"{counts} Give exactly one {modality} per placeholder: add or remove {modality}s, or placeholders "
+        "(applying the model's chat template to messages with one {'type': '" + modality + "'} part per item does this)."
+    )
+
+
+def embedding_tokens_outside_items(modality: str, token: str, count: int, placeholder: str | None) -> str:
+    per_item = f", with one {placeholder!r} per {modality}" if placeholder else ""
+    return (
+        f"The prompt holds {token!r} {count} time(s) outside its {_PLURAL.get(modality, modality)}' placeholders: "
+        f"the model reads {modality} embeddings at that token, so it belongs inside an item's expansion alone. "
+        "The HF processor's `input_ids` hold it so once it has expanded each placeholder, and vLLM expands each "
+        f"placeholder itself: send the prompt as the processor takes it (the text, or the tokenizer's ids of "
+        f"it){per_item}, and leave the token out of the text."
     )
 
 

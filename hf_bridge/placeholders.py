@@ -248,3 +248,14 @@ def find_all_sublists(haystack: Sequence[int], needle: Sequence[int]) -> list[in
 def count_sublist(haystack: Sequence[int], needle: Sequence[int]) -> int:
     """Non-overlapping occurrences of `needle` in `haystack`."""
     return len(find_all_sublists(haystack, needle))
+
+
+def longest_run(ids: Sequence[int], token: int) -> int:
+    """The most times `token` follows itself in `ids`."""
+    return max((run.length for run in runs(ids) if run.type_id == token), default=0)
+
+
+def count_outside(ids: Sequence[int], token: int, spans: Sequence[tuple[int, int]]) -> int:
+    """How many of `ids` are `token` outside every `(offset, length)` span."""
+    inside = {i for offset, length in spans for i in range(offset, offset + length)}
+    return sum(1 for i, t in enumerate(ids) if t == token and i not in inside)

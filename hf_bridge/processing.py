@@ -50,6 +50,7 @@ from .probes import (
     ProbeError,
     ProcessorProbe,
     audio_sampling_rate,
+    config_token_ids,
     frames_asked_for,
     kwargs_key,
     longest_audio_seconds,
@@ -459,7 +460,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 if found:
                     raise ValueError(errors.placeholder_not_wanted(modality, text, found, self.info.get_hf_processor()))
             elif found != given and (given or found):
-                message = errors.placeholder_mismatch(modality, text, found, given)
+                expanded = self._expanded_placeholder(modality, inputs.prompt, given)
+                message = errors.placeholder_mismatch(modality, text, found, given, expanded)
                 if isinstance(rows := inputs.mm_data_items.get(modality), ArrayRowsAudioItems):
                     message += " " + errors.audio_rows_read_as_clips(rows.array_shape)
                 raise ValueError(message)
@@ -470,7 +472,31 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             inputs = dataclasses.replace(inputs, prompt=probes.written_prompt(inputs.prompt, written, inputs.hf_processor_mm_kwargs))
         if frames:
             inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
-        return super().apply(inputs, timing_ctx)
+        result = super().apply(inputs, timing_ctx)
+        self._check_no_embedding_tokens_outside_items(result["prompt_token_ids"], result["mm_placeholders"])
+        return result
+
+    def _expanded_placeholder(self, modality: str, prompt: list[int], given: int) -> tuple[str, int] | None:
+        """(token, times) where the prompt holds the token the model reads the modality's
+        embeddings at more times in a row than the request has items: the HF processor's
+        `input_ids`, whose placeholders it expanded already, sent as the prompt."""
+        token = config_token_ids(self.info.probes.config).get(modality)
+        if token is None or (longest := placeholders.longest_run(prompt, token)) <= max(given, 1):
+            return None
+        return self.info.get_tokenizer().decode([token]), longest
+
+    def _check_no_embedding_tokens_outside_items(self, prompt: list[int], ranges: Mapping[str, Sequence[Any]]) -> None:
+        """Refuse a prompt holding a token the model reads embeddings at (its config's
+        `image_token_id`...) outside every item's placeholder. The HF processor's
+        `input_ids` sent as the prompt hold them, and where the placeholder survives its
+        expansion (Gemma3's `<start_of_image>`) vLLM expanded it again, silently; or the
+        text names the token itself. vLLM runs such a token as text, where transformers
+        refuses it for the features it lacks."""
+        spans = [(r.offset, r.length) for per_modality in ranges.values() for r in per_modality]
+        for modality, token in config_token_ids(self.info.probes.config).items():
+            if stray := placeholders.count_outside(prompt, token, spans):
+                raise ValueError(errors.embedding_tokens_outside_items(
+                    modality, self.info.get_tokenizer().decode([token]), stray, self.info.probes.placeholder_texts.get(modality)))
 
     def get_dummy_mm_inputs(self, *args, **kwargs):
         """vLLM's dummy request, of every modality at once for its processor warm-up: served

@@ -26,6 +26,9 @@ def bad_input_results(zoo):
         # transformers divides them by 255 again, silently: the model saw the image nearly black
         ("pixels_scaled_to_unit_range", r"Image 0 of this request holds float pixels within \[0, 1\] .*LlavaProcessor "
                                         r"divides pixels by 255 itself.*`mm_processor_kwargs=\{'do_rescale': False\}`"),
+        # the in-tree backend expanded one of its 16 '<image>' again: a 50-token prompt, silently
+        ("processor_input_ids_as_prompt", r"holds 16 image placeholder\(s\) .* It holds '<image>' 16 times in a row, as "
+                                          r"the HF processor's `input_ids` do"),
         ("unsupported_modality", r"does not take video input: its processor \(LlavaProcessor\) takes image input only"),
         # vLLM itself says "Failed to load the processor ... consider setting `trust_remote_code=True`"
         ("refused_processor_kwargs", r"HF processor refused a value of the processor kwargs \(ValueError: size must have "

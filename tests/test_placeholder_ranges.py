@@ -72,3 +72,28 @@ def test_exact_ranges_and_is_embed(arch, zoo):
     for item in view.items:
         ours[item.offset : item.offset + item.length] = item.is_embed
     assert ours == hf_embed
+
+
+@pytest.mark.parametrize(("arch", "cause"), [
+    # the run of embedding tokens is more placeholders than images (LLaVA), or hides them (Qwen2-VL)
+    ("llava", r"holds 16 image placeholder\(s\) \('<image>'\) but the request carries 1 images\. It holds '<image>' 16 times in a row"),
+    ("qwen2_vl", r"holds 0 image placeholder\(s\) .* It holds '<\|image_pad\|>' 6 times in a row"),
+    # the placeholder survives its expansion: vLLM expanded it again, and ran the first expansion's tokens as text
+    ("gemma3", r"holds '<image_soft_token>' 4 time\(s\) outside its images' placeholders"),
+])
+def test_the_processors_input_ids_sent_as_the_prompt_are_refused_naming_the_expansion(arch, cause, zoo):
+    """A porting engineer's first try: transformers' `input_ids`, whose placeholders the HF
+    processor expanded already, sent as the prompt with the image. vLLM expands each
+    placeholder itself; Gemma3's prompt had run with 9 tokens more than transformers',
+    silently. The same text is served, with transformers' ids."""
+    from transformers import AutoProcessor
+
+    model_dir = zoo(arch)
+    processor, hf_processor = build_processor(model_dir), AutoProcessor.from_pretrained(model_dir)
+    case = parity.standard_cases(SPECS[arch].min_image_side)["one_image"]
+    text = parity.prompt_text(hf_processor, case)
+    input_ids = hf_processor(text=[text], images=case.images)["input_ids"][0]
+    input_ids = list(getattr(input_ids, "tolist", lambda: input_ids)())
+    assert inspect_prompt(processor, text, {"image": case.images}).prompt_ids == input_ids
+    with pytest.raises(ValueError, match=cause + r".*send the prompt as the processor takes it"):
+        inspect_prompt(processor, input_ids, {"image": case.images})

@@ -10,8 +10,10 @@ from hf_bridge.placeholders import (
     TOKEN_TYPE_IDS,
     Expansion,
     PlaceholderError,
+    count_outside,
     expansion_from_probe,
     locate_items,
+    longest_run,
     runs,
     type_ids_for_prompt,
 )
@@ -197,3 +199,19 @@ def test_count_sublist_counts_non_overlapping_matches(haystack, needle):
         else:
             i += 1
     assert count_sublist(haystack, needle) == expected
+
+
+@given(st.lists(st.integers(0, 2), max_size=30), st.integers(0, 2))
+def test_longest_run_is_the_most_times_a_token_follows_itself(ids, token):
+    longest = longest_run(ids, token)
+    assert _find(ids, [token] * longest) is not None and _find(ids, [token] * (longest + 1)) is None
+
+
+def _find(ids, needle):
+    return next((i for i in range(len(ids) - len(needle) + 1) if ids[i : i + len(needle)] == needle), None)
+
+
+@given(st.lists(st.integers(0, 2), max_size=30), st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8)), max_size=4))
+def test_count_outside_counts_the_token_where_no_span_covers_it(ids, spans):
+    covered = [any(offset <= i < offset + length for offset, length in spans) for i in range(len(ids))]
+    assert count_outside(ids, 1, spans) == sum(1 for t, c in zip(ids, covered) if t == 1 and not c)

@@ -23,8 +23,11 @@ def bad_input(model_dir: str) -> None:
     from hf_bridge.validate import parity
     from hf_bridge.validate.engine import make_llm
 
+    from transformers import AutoProcessor
+
     llm = make_llm(model_dir, limit_mm_per_prompt={"image": 2})
     image = parity.test_image(64, 64, 1)
+    expanded = AutoProcessor.from_pretrained(model_dir)(text=["user: <image>hi"], images=[image])["input_ids"][0]
     params = SamplingParams(max_tokens=8, temperature=0.0)
     good = {"prompt": "user: <image>Describe the image.assistant:", "multi_modal_data": {"image": image}}
     bad = {
@@ -36,6 +39,7 @@ def bad_input(model_dir: str) -> None:
             "prompt": "user: <image>hi", "multi_modal_data": {"image": torch.from_numpy(np.asarray(image)).permute(2, 0, 1)}},
         "pixels_scaled_to_unit_range": {  # as torchvision's `ToTensor` gives them
             "prompt": "user: <image>hi", "multi_modal_data": {"image": [torch.from_numpy(np.asarray(image)).permute(2, 0, 1) / 255]}},
+        "processor_input_ids_as_prompt": {"prompt_token_ids": list(expanded), "multi_modal_data": {"image": image}},
         "unsupported_modality": {"prompt": "user: hi", "multi_modal_data": {"video": parity.test_video()}},
         "refused_processor_kwargs": {**good, "mm_processor_kwargs": {"size": {"foo": 3}}},
         "kwargs_against_config": {**good, "mm_processor_kwargs": {"vision_feature_select_strategy": "full"}},
