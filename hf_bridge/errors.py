@@ -222,6 +222,16 @@ def processor_kwargs_refused(exc: BaseException) -> str:
     )
 
 
+def processor_kwargs_ignored(keys: list[str], closest: Mapping[str, str | None], processor: Any) -> str:
+    named = ", ".join(repr(key) + (f" (did you mean {closest[key]!r}?)" if closest.get(key) else "") for key in keys)
+    it, key = ("it", "the key") if len(keys) == 1 else ("them", "the keys")
+    return (
+        f"The request's `mm_processor_kwargs` hold {named}, which {type(processor).__name__} takes nowhere: "
+        f"transformers would ignore {it}, saying so in the server's log only, and the reply would be made "
+        f"without {it}. Fix the name, or leave {key} out."
+    )
+
+
 def video_sampled_twice(index: int, kept: int, total: int) -> str:
     return (
         f"Video {index} of this request holds {kept} of its {total} frames: vLLM's video loader sampled it "

@@ -38,7 +38,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_scale, pixel_sides, placeholders, split
+from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_scale, pixel_sides, placeholders, processor_kwargs, split
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
@@ -441,6 +441,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         the processor adds outside the expansions (`frame.py`) are added here, so the
         prompt vLLM runs is the one transformers runs.
         """
+        if not _DUMMY_REQUEST.get():
+            self._check_request_kwargs_read(inputs.hf_processor_mm_kwargs)
         counts = inputs.mm_data_items.get_all_counts()
         together = [m for m in self.info.inline_modalities if counts.get(m)]
         if len(together) > 1 and not _DUMMY_REQUEST.get():
@@ -475,6 +477,14 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         result = super().apply(inputs, timing_ctx)
         self._check_no_embedding_tokens_outside_items(result["prompt_token_ids"], result["mm_placeholders"])
         return result
+
+    def _check_request_kwargs_read(self, request_kwargs: Mapping[str, object]) -> None:
+        """Refuse the request's processor kwargs that nothing would read (`processor_kwargs.py`):
+        transformers logs that it ignores them, and the reply is made without them."""
+        processor = self.info.get_hf_processor()
+        if ignored := processor_kwargs.ignored_keys(processor, request_kwargs):
+            raise ProcessorKwargsRefused(errors.processor_kwargs_ignored(
+                ignored, {key: processor_kwargs.closest(key, processor) for key in ignored}, processor))
 
     def _expanded_placeholder(self, modality: str, prompt: list[int], given: int) -> tuple[str, int] | None:
         """(token, times) where the prompt holds the token the model reads the modality's

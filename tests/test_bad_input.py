@@ -44,6 +44,9 @@ def bad_input_results(zoo):
         # the item's own call was padded: the pad tokens were placed inside the image's placeholder
         ("kwargs_pad_the_text", r"processor kwargs pad the prompt's text: \d+ of the tokenizer's pad token \(id \d+\) came "
                                 r"with image 0, and none without them.*Leave these keys out of `mm_processor_kwargs`"),
+        # transformers logged "is not a valid argument for this processor and will be ignored", and served it
+        ("kwarg_nothing_reads", r"`mm_processor_kwargs` hold 'do_rezise' \(did you mean 'do_resize'\?\), which "
+                                r"LlavaProcessor takes nowhere"),
     ],
 )
 def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):

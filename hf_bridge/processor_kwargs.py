@@ -1,0 +1,60 @@
+"""Processor kwargs nothing would read: a request's key that its HF processor takes
+nowhere, such as `max_pixel` for `max_pixels`.
+
+vLLM hands a request's processor kwargs to the processor twice: to its loading, where a
+key sets an attribute of the processor or of one of its parts (LLaVA's
+`vision_feature_select_strategy`), and to its call. There transformers sorts them into the
+processor's parts (`ProcessorMixin._merge_kwargs`, by its `valid_processor_kwargs` and
+each part's `valid_kwargs`), logs once in the server's log that a key it cannot place
+"will be ignored", and processes without it: the sender gets a reply made without their
+setting. The sorting is asked of transformers itself. Only transformers' own processors
+are asked: a checkpoint's own code may read its kwargs before sorting them. No vLLM.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+MODALITY_KEYWORDS = {"text", "images", "videos", "audio"}
+"""What transformers' sorting passes over: the data, not settings."""
+PARTS = ("image_processor", "video_processor", "feature_extractor", "tokenizer")
+
+
+def ignored_keys(processor: Any, kwargs: Mapping[str, object]) -> list[str]:
+    """The keys of `kwargs` that `processor` takes nowhere; none where it cannot be told."""
+    declared = getattr(type(processor), "valid_processor_kwargs", None)
+    if declared is None or not type(processor).__module__.startswith("transformers.") or not kwargs:
+        return []
+    named = set(inspect.signature(type(processor).__call__).parameters)
+    asked = {key: copy.deepcopy(value) for key, value in kwargs.items() if key not in named | MODALITY_KEYWORDS}
+    tokenizer = getattr(processor, "tokenizer", None)
+    try:
+        sorted_kwargs = processor._merge_kwargs(declared, tokenizer_init_kwargs=getattr(tokenizer, "init_kwargs", {}), **asked)
+    except Exception:  # noqa: BLE001 - a value it refuses: the processor's own call names it
+        return []
+    placed = set(sorted_kwargs).union(*(part for part in sorted_kwargs.values() if isinstance(part, Mapping)))
+    return sorted(key for key in asked if key not in placed and not _set_when_loading(processor, key))
+
+
+def _set_when_loading(processor: Any, key: str) -> bool:
+    """Whether loading the processor with `key` sets something: one of its `__init__`
+    arguments, or an attribute of it or of one of its parts."""
+    owners = [processor, *(part for name in PARTS if (part := getattr(processor, name, None)) is not None)]
+    return key in inspect.signature(type(processor).__init__).parameters or any(hasattr(owner, key) for owner in owners)
+
+
+def known_keys(processor: Any) -> set[str]:
+    """The keys the processor declares it takes: its own kwargs' and its parts'."""
+    declared = getattr(type(processor), "valid_processor_kwargs", None)
+    sections = list(getattr(declared, "__annotations__", {}).values())
+    sections += [getattr(getattr(processor, part, None), "valid_kwargs", None) for part in PARTS]
+    return {key for section in sections for key in getattr(section, "__annotations__", {})}
+
+
+def closest(key: str, processor: Any) -> str | None:
+    """The declared key `key` most likely misspells, if one is close."""
+    return next(iter(difflib.get_close_matches(key, sorted(known_keys(processor)), n=1, cutoff=0.75)), None)
