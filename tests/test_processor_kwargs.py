@@ -52,3 +52,16 @@ def test_a_processor_outside_transformers_is_not_judged(processors):
     llava_own.__dict__.update(llava.__dict__)
     assert processor_kwargs.ignored_keys(llava, {"max_num": 6}) == ["max_num"]
     assert processor_kwargs.ignored_keys(llava_own, {"max_num": 6}) == []
+
+
+def test_every_per_request_setting_of_the_zoos_checkpoints_is_read(zoo):
+    """PROCESSOR_SETTINGS.md's per-request rows for zoo checkpoints (those of sweep types
+    were checked when the module was written; building them here costs minutes)."""
+    from helpers.scripts import load_script
+    from hf_bridge.zoo import SPECS
+
+    settings = [s for s in load_script("processor_settings").SETTINGS if s.per_request and s.arch in SPECS]
+    assert len(settings) >= 10
+    for setting in settings:
+        processor = AutoProcessor.from_pretrained(zoo(setting.arch))
+        assert processor_kwargs.ignored_keys(processor, setting.per_request) == [], setting.name
