@@ -222,12 +222,14 @@ def processor_kwargs_refused(exc: BaseException) -> str:
     )
 
 
-def processor_kwargs_ignored(keys: list[str], closest: Mapping[str, str | None], processor: Any) -> str:
+def processor_kwargs_ignored(keys: list[str], closest: Mapping[str, str | None], processor: Any, whose: str) -> str:
+    """`whose`: "request's" or "engine's"."""
     named = ", ".join(repr(key) + (f" (did you mean {closest[key]!r}?)" if closest.get(key) else "") for key in keys)
     it, key = ("it", "the key") if len(keys) == 1 else ("them", "the keys")
+    made = "the reply would be made" if whose == "request's" else "every reply would be made"
     return (
-        f"The request's `mm_processor_kwargs` hold {named}, which {type(processor).__name__} takes nowhere: "
-        f"transformers would ignore {it}, saying so in the server's log only, and the reply would be made "
+        f"The {whose} `mm_processor_kwargs` hold {named}, which {type(processor).__name__} takes nowhere: "
+        f"transformers would ignore {it}, saying so in the server's log only, and {made} "
         f"without {it}. Fix the name, or leave {key} out."
     )
 

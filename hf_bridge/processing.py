@@ -206,6 +206,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
             return []
         engine_kwargs = self.engine_processor_kwargs
+        if ignored := processor_kwargs.ignored_keys(self.get_hf_processor(), engine_kwargs):
+            raise ValueError(self._kwargs_ignored(ignored, "engine's"))
         self._check_engine_kwargs_pad_nothing(engine_kwargs)
         failures, unencodable = self.probes.failures, self.unencodable_modalities
         for modality, why in failures.items():
@@ -218,6 +220,11 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         if placeable:
             self.text_only_frame()  # learnt, and said, at start-up rather than at the first prompt without media
         return placeable
+
+    def _kwargs_ignored(self, ignored: list[str], whose: str) -> str:
+        processor = self.get_hf_processor()
+        return errors.processor_kwargs_ignored(ignored, {key: processor_kwargs.closest(key, processor) for key in ignored},
+                                               processor, whose)
 
     def _check_engine_kwargs_pad_nothing(self, engine_kwargs: Mapping[str, object]) -> None:
         """Refuse, at start-up, engine kwargs that pad the text: every probe would learn
@@ -481,10 +488,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
     def _check_request_kwargs_read(self, request_kwargs: Mapping[str, object]) -> None:
         """Refuse the request's processor kwargs that nothing would read (`processor_kwargs.py`):
         transformers logs that it ignores them, and the reply is made without them."""
-        processor = self.info.get_hf_processor()
-        if ignored := processor_kwargs.ignored_keys(processor, request_kwargs):
-            raise ProcessorKwargsRefused(errors.processor_kwargs_ignored(
-                ignored, {key: processor_kwargs.closest(key, processor) for key in ignored}, processor))
+        if ignored := processor_kwargs.ignored_keys(self.info.get_hf_processor(), request_kwargs):
+            raise ProcessorKwargsRefused(self.info._kwargs_ignored(ignored, "request's"))
 
     def _expanded_placeholder(self, modality: str, prompt: list[int], given: int) -> tuple[str, int] | None:
         """(token, times) where the prompt holds the token the model reads the modality's

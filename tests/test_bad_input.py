@@ -60,6 +60,17 @@ def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_r
     assert len(before) == 8 and after == before
 
 
+def test_engine_processor_kwargs_nothing_reads_stop_the_start_naming_them(zoo):
+    """Every request would be served without them, the server's log saying so once."""
+    import json
+
+    result = run_scenario("engine-start", zoo("qwen2_vl"), multiprocess=False,
+                          ENGINE_KWARGS=json.dumps({"mm_processor_kwargs": {"max_pixel": 3136, "fps": 1}}))["start"]
+    assert not result["ok"]
+    assert ("The engine's `mm_processor_kwargs` hold 'max_pixel' (did you mean 'max_pixels'?), which Qwen2VLProcessor "
+            "takes nowhere") in result["error"], result["error"]
+
+
 def test_processor_kwargs_the_processor_refuses_at_start_are_named_first(zoo):
     """The engine's `mm_processor_kwargs` reach every probe of the processor: where the
     processor refuses one, no item can be placed, and the error names them as the first
