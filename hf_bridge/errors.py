@@ -38,14 +38,19 @@ def placeholder_mismatch(modality: str, placeholder: str, found: int, given: int
     )
 
 
-def embedding_tokens_outside_items(modality: str, token: str, count: int, placeholder: str | None) -> str:
-    per_item = f", with one {placeholder!r} per {modality}" if placeholder else ""
+def embedding_tokens_outside_items(modality: str, token: str, count: int, placeholder: str | None,
+                                   inserting_processor: Any = None) -> str:
+    """`inserting_processor`: the processor, where it inserts each item itself (no placeholder)."""
+    if inserting_processor is not None:
+        per_item = f", without it: {type(inserting_processor).__name__} inserts each {modality} itself"
+    else:
+        per_item = f", with one {placeholder!r} per {modality}" if placeholder else ""
     return (
         f"The prompt holds {token!r} {count} time(s) outside its {_PLURAL.get(modality, modality)}' placeholders: "
         f"the model reads {modality} embeddings at that token, so it belongs inside an item's expansion alone. "
         "The HF processor's `input_ids` hold it so once it has expanded each placeholder, and vLLM expands each "
         f"placeholder itself: send the prompt as the processor takes it (the text, or the tokenizer's ids of "
-        f"it){per_item}, and leave the token out of the text."
+        f"it){per_item}."
     )
 
 

@@ -510,8 +510,10 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         spans = [(r.offset, r.length) for per_modality in ranges.values() for r in per_modality]
         for modality, token in config_token_ids(self.info.probes.config).items():
             if stray := placeholders.count_outside(prompt, token, spans):
+                inserts = modality in self.info.probes.placeholder_texts and self.info.frame(modality).inserts_item
                 raise ValueError(errors.embedding_tokens_outside_items(
-                    modality, self.info.get_tokenizer().decode([token]), stray, self.info.probes.placeholder_texts.get(modality)))
+                    modality, self.info.get_tokenizer().decode([token]), stray, self.info.probes.placeholder_texts.get(modality),
+                    self.info.get_hf_processor() if inserts else None))
 
     def get_dummy_mm_inputs(self, *args, **kwargs):
         """vLLM's dummy request, of every modality at once for its processor warm-up: served

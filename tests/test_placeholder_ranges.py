@@ -97,3 +97,16 @@ def test_the_processors_input_ids_sent_as_the_prompt_are_refused_naming_the_expa
     assert inspect_prompt(processor, text, {"image": case.images}).prompt_ids == input_ids
     with pytest.raises(ValueError, match=cause + r".*send the prompt as the processor takes it"):
         inspect_prompt(processor, input_ids, {"image": case.images})
+
+
+def test_an_embedding_token_in_the_text_of_a_processor_that_inserts_its_images_is_refused(zoo):
+    """Fuyu's processor inserts each image before the text, and its image token ('|SPEAKER|')
+    in the text, glued to words, tokenizes apart from the placeholder hf_bridge looks for: it
+    ran as text beside the image's own tokens."""
+    model_dir = zoo("fuyu")
+    processor = build_processor(model_dir)
+    image = parity.standard_cases(SPECS["fuyu"].min_image_side)["one_image"].images
+    with pytest.raises(ValueError, match=r"holds '\|SPEAKER\|' 1 time\(s\) outside its images' placeholders.*"
+                                         r"without it: FuyuProcessor inserts each image itself\.$"):
+        inspect_prompt(processor, "Hello.|SPEAKER|\nWorld", {"image": image})
+    assert inspect_prompt(processor, "Hello.\nWorld", {"image": image}).items
