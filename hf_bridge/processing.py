@@ -207,7 +207,7 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             return []
         engine_kwargs = self.engine_processor_kwargs
         if ignored := processor_kwargs.ignored_keys(self.get_hf_processor(), engine_kwargs):
-            raise ValueError(self._kwargs_ignored(ignored, "engine's"))
+            raise ValueError(self.ignored_kwargs_message(ignored, "engine's"))
         self._check_engine_kwargs_pad_nothing(engine_kwargs)
         failures, unencodable = self.probes.failures, self.unencodable_modalities
         for modality, why in failures.items():
@@ -221,7 +221,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             self.text_only_frame()  # learnt, and said, at start-up rather than at the first prompt without media
         return placeable
 
-    def _kwargs_ignored(self, ignored: list[str], whose: str) -> str:
+    def ignored_kwargs_message(self, ignored: list[str], whose: str) -> str:
+        """The refusal of processor kwargs nothing reads (`processor_kwargs.py`); `whose`: "request's" or "engine's"."""
         processor = self.get_hf_processor()
         return errors.processor_kwargs_ignored(ignored, {key: processor_kwargs.closest(key, processor) for key in ignored},
                                                processor, whose)
@@ -489,7 +490,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         """Refuse the request's processor kwargs that nothing would read (`processor_kwargs.py`):
         transformers logs that it ignores them, and the reply is made without them."""
         if ignored := processor_kwargs.ignored_keys(self.info.get_hf_processor(), request_kwargs):
-            raise ProcessorKwargsRefused(self.info._kwargs_ignored(ignored, "request's"))
+            raise ProcessorKwargsRefused(self.info.ignored_kwargs_message(ignored, "request's"))
 
     def _expanded_placeholder(self, modality: str, prompt: list[int], given: int) -> tuple[str, int] | None:
         """(token, times) where the prompt holds the token the model reads the modality's
@@ -578,7 +579,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         try:
             out, expansion = self.info.probes.probe(modality, item, hf_kwargs)
             if request_keys:
-                plain = self._probe_without_request_kwargs(modality, item, plain_kwargs)  # None: the item needs the kwargs
+                plain = self._probe_or_none(modality, item, plain_kwargs)  # None: the item needs the kwargs
                 self._check_pixel_sides_kept(modality, index, out, plain, plain_kwargs)
                 self._check_positions_follow_inputs(modality, out, expansion, plain)
                 self._check_no_padding_added(modality, index, expansion, plain)
@@ -586,7 +587,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if modality == "audio" and (seconds := _clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
                 # a blank clip of AUDIO_SECONDS was placed: this one is too short to get a position
                 raise ValueError(errors.audio_clip_too_short(index, seconds, AUDIO_SECONDS, self.info.get_hf_processor())) from exc
-            if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
+            if request_keys and self._probe_or_none(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.kwargs_unplaceable(modality, index, exc, sorted(request_keys))) from exc
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
@@ -595,7 +596,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if modality == "video" and "video_metadata" not in item and samples_by_time(
                     self.info.probes.processor, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
                 raise ValueError(errors.video_sampled_without_metadata(index, exc)) from exc
-            if request_keys and self._probe_without_request_kwargs(modality, item, plain_kwargs) is not None:
+            if request_keys and self._probe_or_none(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             shape = tuple(np.shape(item["audio"][0])) if modality == "audio" else ()
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
@@ -662,7 +663,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         if longest is None or seconds <= longest or hf_kwargs.get("truncation") is not False:
             return
         default_kwargs = {k: v for k, v in hf_kwargs.items() if k != "truncation"}
-        default = self._probe_without_request_kwargs("audio", item, default_kwargs)
+        default = self._probe_or_none("audio", item, default_kwargs)
         if default is not None and not _same_model_inputs(default[0], out):
             raise ValueError(errors.audio_clip_cut(index, seconds, longest, self.info.get_hf_processor()))
 
@@ -675,15 +676,15 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         meant = pixel_scale.scaled_up(modality, item)
         if meant is None or not pixel_scale.rescales(processor, modality, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
             return
-        meant_out = self._probe_without_request_kwargs(modality, meant, hf_kwargs)  # None: nothing to compare with
+        meant_out = self._probe_or_none(modality, meant, hf_kwargs)  # None: nothing to compare with
         if meant_out is not None and pixel_scale.scaled_twice(out, meant_out[0]):
             raise ValueError(errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
 
-    def _probe_without_request_kwargs(self, modality: str, item: dict, plain_kwargs: Mapping[str, object]):
-        """The item's output and expansion without the request's processor kwargs
-        (`plain_kwargs`), or None where the processor refuses it so: a diagnosis only."""
+    def _probe_or_none(self, modality: str, item: dict, kwargs: Mapping[str, object]):
+        """The item's output and expansion under `kwargs` (most callers leave the request's own
+        out, to compare), or None where the processor refuses it so: a diagnosis only."""
         try:
-            return self.info.probes.probe(modality, item, plain_kwargs)
+            return self.info.probes.probe(modality, item, kwargs)
         except Exception:  # noqa: BLE001 - only a diagnosis: the item's own error is reported
             return None
 
