@@ -8,7 +8,9 @@ processor's parts (`ProcessorMixin._merge_kwargs`, by its `valid_processor_kwarg
 each part's `valid_kwargs`), logs once in the server's log that a key it cannot place
 "will be ignored", and processes without it: the sender gets a reply made without their
 setting. The sorting is asked of transformers itself. Only transformers' own processors
-are asked: a checkpoint's own code may read its kwargs before sorting them. No vLLM.
+are asked, and only those that sort by the kwargs they declare: a checkpoint's own code may
+read its kwargs before sorting them, and a few of transformers' processors (Phi-4-multimodal,
+Voxtral) sort by a class of their module that they do not declare. No vLLM.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 MODALITY_KEYWORDS = {"text", "images", "videos", "audio"}
 """What transformers' sorting passes over: the data, not settings."""
 PARTS = ("image_processor", "video_processor", "feature_extractor", "tokenizer")
+"""The parts transformers sorts kwargs for; `ProcessorMixin.get_attributes()` names all of a processor's."""
 
 
 def ignored_keys(processor: Any, kwargs: Mapping[str, object]) -> list[str]:
@@ -29,6 +33,8 @@ def ignored_keys(processor: Any, kwargs: Mapping[str, object]) -> list[str]:
     declared = getattr(type(processor), "valid_processor_kwargs", None)
     if declared is None or not type(processor).__module__.startswith("transformers.") or not kwargs:
         return []
+    if any(cls is not declared for cls in _module_kwargs_classes(type(processor))):
+        return []  # it sorts by a class it does not declare
     named = set(inspect.signature(type(processor).__call__).parameters)
     asked = {key: copy.deepcopy(value) for key, value in kwargs.items() if key not in named | MODALITY_KEYWORDS}
     tokenizer = getattr(processor, "tokenizer", None)
@@ -40,10 +46,18 @@ def ignored_keys(processor: Any, kwargs: Mapping[str, object]) -> list[str]:
     return sorted(key for key in asked if key not in placed and not _set_when_loading(processor, key))
 
 
+def _module_kwargs_classes(processor_class: type) -> list[type]:
+    """The `...ProcessorKwargs` classes the processor's own module defines."""
+    module = sys.modules.get(processor_class.__module__)
+    return [obj for name, obj in vars(module or object()).items()
+            if name.endswith("ProcessorKwargs") and isinstance(obj, type) and obj.__module__ == processor_class.__module__]
+
+
 def _set_when_loading(processor: Any, key: str) -> bool:
     """Whether loading the processor with `key` sets something: one of its `__init__`
     arguments, or an attribute of it or of one of its parts."""
-    owners = [processor, *(part for name in PARTS if (part := getattr(processor, name, None)) is not None)]
+    names = getattr(type(processor), "get_attributes", lambda: PARTS)()
+    owners = [processor, *(part for name in names if (part := getattr(processor, name, None)) is not None)]
     return key in inspect.signature(type(processor).__init__).parameters or any(hasattr(owner, key) for owner in owners)
 
 

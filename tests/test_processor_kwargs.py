@@ -65,3 +65,11 @@ def test_every_per_request_setting_of_the_zoos_checkpoints_is_read(zoo):
     for setting in settings:
         processor = AutoProcessor.from_pretrained(zoo(setting.arch))
         assert processor_kwargs.ignored_keys(processor, setting.per_request) == [], setting.name
+
+
+def test_a_processor_that_sorts_by_a_class_it_does_not_declare_is_not_judged(generic):
+    """Phi-4-multimodal sorts its call's kwargs by its module's own kwargs class while
+    declaring transformers' base one: what it reads cannot be told from what it declares."""
+    processor = AutoProcessor.from_pretrained(generic("phi4_multimodal"))
+    assert type(processor).valid_processor_kwargs.__name__ == "ProcessingKwargs"
+    assert processor_kwargs.ignored_keys(processor, {"max_pixel": 1}) == []
