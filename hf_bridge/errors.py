@@ -94,6 +94,15 @@ def pixels_scaled_twice(modality: str, index: int, processor: Any) -> str:
     )
 
 
+def audio_samples_as_pcm(index: int, dtype: Any, peak: float, processor: Any) -> str:
+    return (
+        f"Audio {index} of this request holds {dtype} samples reaching {peak:g}, as PCM (`scipy.io.wavfile.read` "
+        f"gives int16), and {type(processor).__name__}'s feature extractor takes floats within [-1, 1], so the "
+        "model would hear the clip thousands of times louder. Send it as floats within [-1, 1]: `clip / 32768` "
+        "for int16, or as soundfile and torchaudio read it."
+    )
+
+
 def audio_clip_too_short(index: int, seconds: float, placed: float, processor: Any) -> str:
     return (
         f"Audio {index} of this request lasts {seconds:.4f} s, and {type(processor).__name__} gives it no "

@@ -38,7 +38,7 @@ from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
 from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, numbering, pixel_scale, pixel_sides, placeholders, processor_kwargs, split
+from . import LOGGER_NAME, embeds, errors, frame, media_scale, numbering, pixel_sides, placeholders, processor_kwargs, split
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
@@ -602,8 +602,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
-        elif modality in pixel_scale.PIXEL_KEYS:
-            self._check_pixels_scaled_once(modality, index, item, out, hf_kwargs)
+        self._check_media_scale(modality, index, item, out, hf_kwargs)
         return out, expansion
 
     def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain,
@@ -667,18 +666,21 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         if default is not None and not _same_model_inputs(default[0], out):
             raise ValueError(errors.audio_clip_cut(index, seconds, longest, self.info.get_hf_processor()))
 
-    def _check_pixels_scaled_once(self, modality: str, index: int, item: dict, out: BatchFeature,
-                                  hf_kwargs: Mapping[str, object]) -> None:
-        """Refuse pixels sent scaled to [0, 1] where the processor scales them by 1/255 again
-        (`pixel_scale.py`): the model would see the item nearly black, silently. Only such
-        float items pay for the second processing that tells."""
+    def _check_media_scale(self, modality: str, index: int, item: dict, out: BatchFeature,
+                           hf_kwargs: Mapping[str, object]) -> None:
+        """Refuse pixels sent scaled to [0, 1] where the processor scales them by 1/255 again,
+        and PCM audio samples where the feature extractor takes floats within [-1, 1]
+        (`media_scale.py`): the model would see the item nearly black, or hear it 32768 times
+        louder, silently. Only such items pay for the second processing that tells."""
         processor = self.info.probes.processor
-        meant = pixel_scale.scaled_up(modality, item)
-        if meant is None or not pixel_scale.rescales(processor, modality, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
+        meant = media_scale.at_meant_scale(modality, item)
+        if meant is None or not media_scale.rescales(processor, modality, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
             return
         meant_out = self._probe_or_none(modality, meant, hf_kwargs)  # None: nothing to compare with
-        if meant_out is not None and pixel_scale.scaled_twice(out, meant_out[0]):
-            raise ValueError(errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
+        if meant_out is not None and media_scale.parts_from(out, meant_out[0]):
+            sent = item[media_scale.MEDIA_KEYS[modality]][0]
+            raise ValueError(errors.audio_samples_as_pcm(index, sent.dtype, float(abs(sent).max()), processor)
+                             if modality == "audio" else errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
 
     def _probe_or_none(self, modality: str, item: dict, kwargs: Mapping[str, object]):
         """The item's output and expansion under `kwargs` (most callers leave the request's own

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..media_scale import pcm_as_unit_floats
 from ..probes import (
     DEFAULT_SAMPLING_RATE,
     MODALITIES,
@@ -179,9 +180,8 @@ def _audio_samples(path: str) -> tuple[np.ndarray, int]:
             file_rate, samples = wavfile.read(path)
         except ValueError as error:  # scipy's message does not name the file
             raise ValueError(f"{path}: not a WAV file scipy reads ({error})") from None
-        if samples.dtype.kind in "iu":  # PCM: full scale is the type's range; unsigned (8-bit) centred on half of it
-            half_range = 2.0 ** (8 * samples.dtype.itemsize - 1)
-            samples = (samples - half_range * (samples.dtype.kind == "u")) / half_range
+        if samples.dtype.kind in "iu":
+            samples = pcm_as_unit_floats(samples)
     else:
         try:
             import soundfile
