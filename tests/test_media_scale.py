@@ -140,3 +140,15 @@ def test_pcm_audio_is_refused_by_the_engines_processor_and_floats_served(generic
     for sent, rate, shown in ((pcm, 16000, "int16 samples reaching 16384"), (np.repeat(pcm, 2), 32000, "float")):
         with pytest.raises(ValueError, match=rf"^Audio 0 of this request holds {shown}.*feature extractor takes floats within \[-1, 1\]"):
             inspect_prompt(processor, prompt, {"audio": [(sent, rate)]})
+
+
+def test_an_extractor_that_normalizes_each_clip_reads_pcm_as_floats():
+    """Wav2Vec2's extractor scales each clip to zero mean and unit variance: PCM and its
+    floats give the same features, so such a clip is served."""
+    from transformers import Wav2Vec2FeatureExtractor
+
+    extractor = Wav2Vec2FeatureExtractor(do_normalize=True, return_attention_mask=False)
+    pcm = (np.random.default_rng(0).standard_normal(16000) * 8000).astype(np.int16)
+    meant = media_scale.at_meant_scale("audio", {"audio": [pcm]})["audio"][0]
+    sent_out, meant_out = (extractor(clip, sampling_rate=16000, return_tensors="pt") for clip in (pcm, meant))
+    assert not media_scale.parts_from(sent_out, meant_out)
