@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-MEDIA_KEYS = {"image": "images", "video": "videos", "audio": "audio"}
-"""Where an item's pixels or samples sit in the processor's keyword layout, by modality."""
+from .probes import HF_DATA_KEYS
+
 SUB_PROCESSORS = {"image": "image_processor", "video": "video_processor"}
 FULL_SCALE = 255
 """The value of a full pixel in the 0-255 range the processors' `rescale_factor` undoes."""
@@ -45,18 +45,24 @@ def rescales(processor: Any, modality: str, kwargs: Mapping[str, object]) -> boo
 
 def at_meant_scale(modality: str, item: Mapping[str, list]) -> dict[str, list] | None:
     """`item` at the scale its processor takes, where it was sent at another: pixels that
-    are floats within [0, 1], not all zero, at 255 times their values; integer audio samples
-    as floats within [-1, 1]. None for any other item."""
-    key = MEDIA_KEYS.get(modality)
+    are floats within [0, 1], not all zero, at 255 times their values; PCM audio samples as
+    floats within [-1, 1]. None for any other item."""
+    key = media_key(modality)
     if key is None or not item.get(key):
         return None
     (media,) = item[key]
     if modality == "audio":
-        meant = _pcm_as_unit_floats(media)
+        meant = _clip_at_unit_scale(media)
         return None if meant is None else {**item, key: [meant]}
     if not _unit_range(media):
         return None
     return {**item, key: [media * FULL_SCALE]}
+
+
+def media_key(modality: str) -> str | None:
+    """Where an item's pixels or samples sit in the processor's keyword layout."""
+    keys = HF_DATA_KEYS.get(modality)
+    return keys[0] if keys else None
 
 
 def parts_from(sent: Mapping[str, Any], meant: Mapping[str, Any]) -> bool:
@@ -97,7 +103,7 @@ def pcm_as_unit_floats(samples: Any) -> Any:
     return (samples - half_range * (samples.dtype.kind == "u")) / half_range
 
 
-def _pcm_as_unit_floats(samples: Any) -> Any:
+def _clip_at_unit_scale(samples: Any) -> Any:
     """A clip of PCM samples (integers, or floats reaching past `PCM_FLOOR`) as floats
     within [-1, 1]; None for a clip of floats in that range."""
     import numpy as np

@@ -678,7 +678,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             return
         meant_out = self._probe_or_none(modality, meant, hf_kwargs)  # None: nothing to compare with
         if meant_out is not None and media_scale.parts_from(out, meant_out[0]):
-            sent = item[media_scale.MEDIA_KEYS[modality]][0]
+            sent = item[media_scale.media_key(modality)][0]
             raise ValueError(errors.audio_samples_as_pcm(index, sent.dtype, float(abs(sent).max()), processor)
                              if modality == "audio" else errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
 
