@@ -3,7 +3,8 @@ nowhere, such as `max_pixel` for `max_pixels`.
 
 vLLM hands a request's processor kwargs to the processor twice: to its loading, where a
 key sets an attribute of the processor or of one of its parts (LLaVA's
-`vision_feature_select_strategy`), and to its call. There transformers sorts them into the
+`vision_feature_select_strategy`) or is taken by transformers' loaders (`use_fast`), and
+to its call. There transformers sorts them into the
 processor's parts (`ProcessorMixin._merge_kwargs`, by its `valid_processor_kwargs` and
 each part's `valid_kwargs`), logs once in the server's log that a key it cannot place
 "will be ignored", and processes without it: the sender gets a reply made without their
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import inspect
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +29,10 @@ MODALITY_KEYWORDS = {"text", "images", "videos", "audio"}
 """What transformers' sorting passes over: the data, not settings."""
 PARTS = ("image_processor", "video_processor", "feature_extractor", "tokenizer")
 """The parts transformers sorts kwargs for; `ProcessorMixin.get_attributes()` names all of a processor's."""
+LOADING_STEPS = ("from_pretrained", "get_processor_dict")
+"""transformers' loading methods, whose source names the keys they take out of their kwargs."""
+TAKEN_OUT = re.compile(r"""kwargs\.(?:pop|get)\(\s*["'](\w+)["']""")
+"""A loading step taking a key out of its kwargs: `kwargs.pop("use_fast", None)`."""
 
 
 def ignored_keys(processor: Any, kwargs: Mapping[str, object]) -> list[str]:
@@ -54,11 +61,36 @@ def _module_kwargs_classes(processor_class: type) -> list[type]:
 
 
 def _set_when_loading(processor: Any, key: str) -> bool:
-    """Whether loading the processor with `key` sets something: one of its `__init__`
-    arguments, or an attribute of it or of one of its parts."""
+    """Whether loading the processor with `key` reads it: one of its `__init__` arguments,
+    an attribute of it or of one of its parts, or a key its loaders take (`use_fast`)."""
     names = getattr(type(processor), "get_attributes", lambda: PARTS)()
     owners = [processor, *(part for name in names if (part := getattr(processor, name, None)) is not None)]
-    return key in inspect.signature(type(processor).__init__).parameters or any(hasattr(owner, key) for owner in owners)
+    return (key in inspect.signature(type(processor).__init__).parameters or any(hasattr(owner, key) for owner in owners)
+            or any(key in _taken_by(loader) for loader in _loaders(type(processor), names)))
+
+
+def _loaders(processor_class: type, names: list[str]) -> list[type]:
+    """The classes whose loading steps run when the processor loads: its own, and the auto
+    class transformers loads each part with (the modality its name holds)."""
+    from transformers.processing_utils import MODALITY_TO_AUTOPROCESSOR_MAPPING as AUTO_CLASSES
+
+    modalities = list(AUTO_CLASSES.keys())
+    return [processor_class, *(AUTO_CLASSES[modality] for name in names for modality in modalities if modality in name)]
+
+
+@functools.cache
+def _taken_by(loader: type) -> frozenset[str]:
+    """The keys `loader`'s loading steps name: their parameters, and what they take out of
+    their kwargs (AutoImageProcessor's `use_fast` and `backend`, which no signature names)."""
+    keys: set[str] = set()
+    for step in filter(None, (getattr(loader, name, None) for name in LOADING_STEPS)):
+        try:
+            source = inspect.getsource(step)
+        except (OSError, TypeError):  # no source to read: only its signature
+            source = ""
+        named = inspect.signature(step).parameters.values()
+        keys |= set(TAKEN_OUT.findall(source)) | {p.name for p in named if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return frozenset(keys)
 
 
 def known_keys(processor: Any) -> set[str]:

@@ -71,6 +71,22 @@ def test_engine_processor_kwargs_nothing_reads_stop_the_start_naming_them(zoo):
             "takes nowhere") in result["error"], result["error"]
 
 
+def test_kwargs_transformers_reads_when_loading_the_processor_are_served(zoo):
+    """`use_fast` and `backend` pick the image processor's backend when vLLM loads the
+    processor with them; its call then logs that they "will be ignored", and no signature
+    names them. They had been refused, by the engine and per request."""
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.validate import parity
+
+    processor = build_processor(zoo("llava"), mm_processor_kwargs={"use_fast": False})
+    assert type(processor.info.get_hf_processor().image_processor).__name__ == "CLIPImageProcessorPil"
+    case = parity.Case("one_image", num_images=1)
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), case)
+    served = inspect_prompt(processor, prompt, {"image": case.images[0]}, {"backend": "torchvision"})
+    assert type(processor.info.get_hf_processor(backend="torchvision").image_processor).__name__ == "CLIPImageProcessor"
+    assert served.prompt_ids == inspect_prompt(processor, prompt, {"image": case.images[0]}).prompt_ids
+
+
 def test_processor_kwargs_the_processor_refuses_at_start_are_named_first(zoo):
     """The engine's `mm_processor_kwargs` reach every probe of the processor: where the
     processor refuses one, no item can be placed, and the error names them as the first

@@ -29,6 +29,9 @@ def test_a_misspelt_key_is_found_with_the_name_it_misspells(processors):
     ("gemma3", {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28}),
     # set when vLLM loads the processor with the request's kwargs: an attribute of the processor, or of a part
     ("llava", {"vision_feature_select_strategy": "full", "patch_size": 14, "crop_size": {"height": 56, "width": 56}}),
+    # taken out of their kwargs by the loaders of the processor's parts (AutoImageProcessor's)
+    ("llava", {"use_fast": False}),
+    ("qwen2_vl", {"backend": "pil"}),
 ])
 def test_keys_the_processor_sorts_or_loading_sets_are_read(processors, arch, kwargs):
     assert processor_kwargs.ignored_keys(processors[arch], kwargs) == []
