@@ -71,9 +71,19 @@ def unsupported_modality(modality: str, supported: Mapping[str, Any], processor:
     )
 
 
+PIXEL_CHANNELS = (1, 3)
+"""The channel counts transformers finds on a first or last axis of an image array (grey, RGB)."""
+
+
 def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tuple[int, ...] = ()) -> str:
+    frame = shape[1:] if modality == "video" else shape
     if modality == "audio" and len(shape) > 1:  # speech feature extractors take one channel
         fix = f"it holds an array of shape {shape}: send the clip as mono samples (one dimension; average its channels)."
+    elif modality in ("image", "video") and len(frame) == 3 and not {frame[0], frame[-1]} & set(PIXEL_CHANNELS):
+        pil = "" if modality == "video" else ", or send a PIL image (`Image.fromarray(array)`), which the processor converts to RGB"
+        fix = (f"it holds an array of shape {shape}, and transformers finds the channels of "
+               f"{'each frame' if modality == 'video' else 'an image'} on a first or last axis of "
+               f"{' or '.join(map(str, PIXEL_CHANNELS))} (grey or RGB). Drop the alpha channel (`array[..., :3]`){pil}.")
     else:
         fix = (f"change what its message names (a size, shape or aspect ratio), or check that the {modality} "
                "is valid and decodable.")

@@ -598,7 +598,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 raise ValueError(errors.video_sampled_without_metadata(index, exc)) from exc
             if request_keys and self._probe_or_none(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
-            shape = tuple(np.shape(item["audio"][0])) if modality == "audio" else ()
+            sent = item.get(media_scale.media_key(modality) or "", [None])[0]
+            shape = tuple(np.shape(sent)) if modality == "audio" or isinstance(sent, (np.ndarray, torch.Tensor)) else ()
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)

@@ -3,9 +3,12 @@ default (multiprocess) engine keeps serving good requests afterwards."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from helpers.scenarios import run_scenario
+
 
 @pytest.fixture(scope="module")
 def bad_input_results(zoo):
@@ -50,8 +53,6 @@ def bad_input_results(zoo):
     ],
 )
 def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):
-    import re
-
     result = bad_input_results[step]
     assert not result["ok"], f"{step} was accepted"
     assert re.search(message, result["error"]), result["error"]
@@ -136,12 +137,34 @@ def test_engine_kwargs_that_pad_the_text_are_refused_at_start(zoo, name):
         assert "image" in build_processor(model_dir, mm_processor_kwargs=harmless).info.supported_mm_limits
 
 
+def test_an_rgba_array_is_refused_naming_its_channels_and_the_fix(zoo):
+    """transformers cannot tell where a 4-channel array keeps its channels ("Unable to infer
+    channel dimension format"); the error named no shape, and asked whether the image was
+    valid. The fix it names serves the image as its RGB pixels."""
+    import numpy as np
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.validate import parity
+
+    processor = build_processor(zoo("qwen2_vl"))
+    rgba = np.random.default_rng(0).integers(0, 255, (48, 64, 4), dtype=np.uint8)
+    for modality, sent, shape, where in (("image", rgba, (48, 64, 4), "an image"),
+                                         ("video", np.stack([rgba] * 4), (4, 48, 64, 4), "each frame")):
+        case = parity.Case(modality, num_images=int(modality == "image"), num_videos=int(modality == "video"))
+        prompt = parity.prompt_text(processor.info.get_hf_processor(), case)
+        with pytest.raises(ValueError, match=re.escape(
+                f"{modality.capitalize()} 0 of this request could not be processed by the model's HF processor (ValueError: "
+                f"Unable to infer channel dimension format). Send {'a video' if modality == 'video' else 'an image'} the "
+                f"processor takes: it holds an array of shape {shape}, and transformers finds the channels of {where} on a "
+                "first or last axis of 1 or 3 (grey or RGB). Drop the alpha channel (`array[..., :3]`)")):
+            inspect_prompt(processor, prompt, {modality: sent})
+        assert inspect_prompt(processor, prompt, {modality: sent[..., :3]}).items
+
+
 def test_an_image_tensor_is_refused_with_the_ways_to_send_its_pixels(zoo):
     """torchvision reads an image as a channels x height x width tensor, which vLLM reads as
     embeddings; without `enable_mm_embeds` the refusal names the pixel forms, and each form
     it names gives the prompt and item data a PIL image gives."""
-    import re
-
     import numpy as np
     import torch
     from PIL import Image
