@@ -25,6 +25,7 @@ platform does for MLA models.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 
@@ -165,6 +166,7 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
     @staticmethod
     def verify_and_update_config(vllm_config) -> None:
         model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
+        KeepMediaItemsWhole._keep_prefix_without_media(model_config)
         if not (model_config.is_multimodal_model and attends_within_media_on_cpu(model_config)):
             return
         if not scheduler_config.disable_chunked_mm_input:
@@ -173,6 +175,19 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
             scheduler_config.disable_chunked_mm_input = True
         if attends_across_prompt(model_config.hf_config):
             KeepMediaItemsWhole._keep_prompts_whole(vllm_config)
+
+    @staticmethod
+    def _keep_prefix_without_media(model_config) -> None:
+        """vLLM turns `is_mm_prefix_lm` off for an engine serving text alone
+        (`language_model_only`, every limit 0), as it reads the flag as attention within
+        items. A model whose whole prompt attends both ways (PaliGemma) attends so
+        without media too, in transformers and in hf_bridge's CPU attention: its text
+        had run causally there."""
+        hf_config = model_config.hf_config
+        if (getattr(hf_config, "is_mm_prefix_lm", False) and not model_config.is_mm_prefix_lm
+                and current_platform.is_cpu() and attends_across_prompt(hf_config)):
+            model_config.model_arch_config = dataclasses.replace(model_config.model_arch_config, is_mm_prefix_lm=True)
+            vars(model_config).pop("is_mm_prefix_lm", None)  # vLLM's cached_property of the flag, read already
 
     @staticmethod
     def _keep_prompts_whole(vllm_config) -> None:

@@ -503,6 +503,16 @@ def text_only_prompts_differ(processor: Any) -> str:
     )
 
 
+def media_sent_to_text_only_engine(modalities: list[str], language_model_only: bool) -> str:
+    setting = ("was started with `language_model_only`" if language_model_only
+               else "was started with a `limit_mm_per_prompt` of 0 for every modality")
+    return (
+        f"This request carries {' and '.join(modalities)} input, and this engine serves text alone: it {setting}, "
+        "so it built none of the model's towers. Send the prompt without media, or serve media from an engine "
+        "started without that setting."
+    )
+
+
 def embeds_without_side_features(modality: str, processor: Any) -> str:
     return (
         f"{modality} embeddings cannot be taken for this model: its vision tower also feeds "

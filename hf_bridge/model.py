@@ -41,7 +41,7 @@ from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import LinearBase
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
-from vllm.model_executor.models.utils import maybe_prefix
+from vllm.model_executor.models.utils import PPMissingLayer, StageMissingLayer, maybe_prefix
 from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
 from vllm.model_executor.models.transformers.causal import CausalMixin
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
@@ -97,6 +97,10 @@ from .token_tables import TokenTableInputs, learn_token_tables, may_take_token_f
 from .versions import log_handling
 
 logger = init_logger(LOGGER_NAME)
+
+UNBUILT_MODULES = (StageMissingLayer, PPMissingLayer)
+"""vLLM's stand-ins for modules it does not build: a tower whose modalities the engine takes
+none of (`limit_mm_per_prompt` 0, `language_model_only`), a layer of another pipeline rank."""
 
 TEXT_MODEL_NAMES = ("language_model", "text_model")
 """Where vLLM's `get_language_model` finds the HF base model's text model."""
@@ -322,13 +326,17 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         return rows
 
     def _placed_by_vllm(self, name: str) -> bool:
-        """Whether vLLM's own name mapping takes checkpoint name `name` to a parameter, or to
-        a module that loads its own weights (fused experts, stacked projections)."""
+        """Whether vLLM's own name mapping takes checkpoint name `name` to a parameter, to
+        a module that loads its own weights (fused experts, stacked projections), or to a
+        module left unbuilt, whose weights vLLM's loader skips (a tower whose modalities
+        the engine takes none of, a layer of another pipeline rank)."""
         mapped = self.hf_to_vllm_mapper.apply_list([name])
         if not mapped:
             return True  # vLLM drops it on purpose
         module: torch.nn.Module = self
         for part in mapped[0].split("."):
+            if isinstance(module, UNBUILT_MODULES):
+                return True
             if module is not self and callable(getattr(module, "load_weights", None)):
                 return True
             if part in module._parameters or part in module._buffers:

@@ -9,7 +9,9 @@ token short of transformers'.
 `install` wraps that method and its async twin (vLLM has no hook for it, hence a named
 private-API patch): for a model hf_bridge serves, a prompt without media gets the
 tokens its processor adds to the sentinel text alone (`ProcessorProbe.text_only_frame`).
-Prompts with media, and every other model's prompts, pass through untouched.
+Prompts with media, and every other model's prompts, pass through untouched. So do an
+engine's that serves text alone (`language_model_only`, or every limit 0): vLLM builds it
+no multimodal processor, so one is built here, for that frame only.
 """
 
 from __future__ import annotations
@@ -40,11 +42,15 @@ def install() -> None:
 def added_tokens(mm_processor: Any) -> PromptFrame:
     """What a prompt without media gets from vLLM's multimodal processor `mm_processor`:
     its HF processor's own tokens where hf_bridge serves the model, else nothing."""
-    from .processing import HFBridgeMultiModalProcessor
-
-    if not isinstance(mm_processor, HFBridgeMultiModalProcessor):
+    if not _served_by_hf_bridge(mm_processor):
         return PromptFrame()
     return mm_processor.info.text_only_frame()
+
+
+def _served_by_hf_bridge(mm_processor: Any) -> bool:
+    from .processing import HFBridgeMultiModalProcessor
+
+    return isinstance(mm_processor, HFBridgeMultiModalProcessor)
 
 
 def with_added_tokens(prompt_ids: list[int], added: PromptFrame) -> list[int]:
@@ -55,9 +61,14 @@ def with_added_tokens(prompt_ids: list[int], added: PromptFrame) -> list[int]:
 def with_processor_tokens(renderer: Any, prompt: dict) -> dict:
     """`prompt` with its processor's own tokens, where it carries no media and hf_bridge
     serves the model; else `prompt` itself."""
-    if prompt.get("multi_modal_data"):
+    processor = _multimodal_processor(renderer)
+    if media := prompt.get("multi_modal_data"):
+        if renderer.mm_processor is None and _served_by_hf_bridge(processor):  # vLLM's own refusal names no setting
+            from .errors import media_sent_to_text_only_engine
+
+            raise ValueError(media_sent_to_text_only_engine(sorted(media), renderer.model_config.multimodal_config.language_model_only))
         return prompt
-    added = added_tokens(renderer.mm_processor)
+    added = added_tokens(processor)
     if added.is_empty:
         return prompt
     laid_out = {**prompt, "prompt_token_ids": with_added_tokens(prompt["prompt_token_ids"], added)}
@@ -66,3 +77,19 @@ def with_processor_tokens(renderer: Any, prompt: dict) -> dict:
         end = offsets[-1][1] if offsets else 0
         laid_out["prompt_token_offsets"] = [(0, 0)] * len(added.leading) + list(offsets) + [(end, end)] * len(added.trailing)
     return laid_out
+
+
+TEXT_ONLY_PROCESSOR = "_hf_bridge_text_only_processor"
+"""Where a renderer keeps the processor built for its text-only engine's frame."""
+
+
+def _multimodal_processor(renderer: Any) -> Any:
+    """The renderer's multimodal processor; for an engine of a multimodal model that
+    serves text alone, for which vLLM builds none, the model's, built once."""
+    if renderer.mm_processor is not None or renderer.model_config.multimodal_config is None:
+        return renderer.mm_processor
+    if not hasattr(renderer, TEXT_ONLY_PROCESSOR):
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+
+        setattr(renderer, TEXT_ONLY_PROCESSOR, MULTIMODAL_REGISTRY.create_processor(renderer.model_config, tokenizer=renderer.tokenizer))
+    return getattr(renderer, TEXT_ONLY_PROCESSOR)

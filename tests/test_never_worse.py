@@ -179,3 +179,41 @@ def test_the_profiled_video_length_is_vllms_own_count(zoo, name):
             counts = {"video": videos}
             vllms = MultiModalProcessingInfo.get_num_frames_with_most_features(info, seq_len, counts)
             assert info._most_frames_that_fit(seq_len, counts) == vllms, (seq_len, videos)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name", ["qwen2_vl", "chameleon", "paligemma"])
+def test_an_engine_serving_text_alone_keeps_parity_without_its_towers(zoo, engines, name):
+    """`language_model_only` (or every modality's limit 0) builds no tower, as in the
+    in-tree backend. hf_bridge had stopped at loading: it renamed the skipped tower's
+    weights as transformers does, and vLLM's loader renamed them again, into the text
+    model. Chameleon's processor adds its separator to every prompt, which vLLM, building
+    no multimodal processor here, left out; PaliGemma's prompt attends both ways, which
+    vLLM turns off for text alone. Each prompt is transformers', token for token."""
+    import torch
+    from transformers import AutoProcessor
+
+    model_dir = zoo(name)
+    case = parity.standard_cases(64)["text_only"]
+    llm = engines.get(model_dir, language_model_only=True)
+    got = parity.vllm_result(llm, AutoProcessor.from_pretrained(model_dir), case)
+    if name == "paligemma":  # its processor refuses text alone; its forward takes the ids
+        (reference,) = [parity.hf_reference(model_dir, None, inputs={"input_ids": torch.tensor([got.prompt_ids])})]
+    else:
+        (reference,) = references(model_dir, [case])
+    assert parity.compare(reference, got) == []
+
+    def held_beside_text_model(model):
+        base = model.model
+        return sorted(name for name, child in base.named_children() if child is not base.get_decoder() and next(child.parameters(), None) is not None)
+
+    assert llm.apply_model(held_beside_text_model)[0] == {
+        "qwen2_vl": [], "paligemma": ["multi_modal_projector"],
+        # flat: the base model is its own decoder; its VQ image tokenizer is no tower vLLM can tell apart
+        "chameleon": ["embed_tokens", "layers", "norm", "vqmodel"]}[name]
+    # vLLM's own refusal was "Multi-modal processor not available for text-only models"
+    with pytest.raises(ValueError, match=re.escape("This request carries image input, and this engine serves text alone: it "
+                                                   "was started with `language_model_only`, so it built none of the model's towers")):
+        llm.generate(parity.vllm_request(AutoProcessor.from_pretrained(model_dir), parity.standard_cases(64)["one_image"]),
+                     parity.sampling_params(), use_tqdm=False)
+    engines.close()  # an in-process engine that raised is rebuilt before it serves again

@@ -397,17 +397,18 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     return model if delegate is None else getattr(model, delegate.attribute)
 
 
-def hf_reference(model_dir: str | Path, case: Case, *, model=None, processor=None) -> Result:
+def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, processor=None, inputs=None) -> Result:
     """Greedy generation and log-probs from transformers itself, in the model's dtype
     (float32; float64 for the rounding check, bfloat16 for an engine in bfloat16; media
-    features cast to it)."""
+    features cast to it). `inputs`: the forward's own, instead of the processor's for
+    `case` (a prompt's ids where the processor refuses text alone, as PaliGemma's does)."""
     import torch
 
     from .checkpoint import load_processor
 
-    processor = processor or load_processor(model_dir)
     model = model or load_generation_model(model_dir)
-    inputs = model_inputs(model, processor, case)
+    if inputs is None:
+        inputs = model_inputs(model, processor or load_processor(model_dir), case)
     prompt_len = inputs["input_ids"].shape[1]
     with torch.no_grad():
         # generated log-probs are generate's own logits: a second forward would have to
