@@ -508,7 +508,7 @@ def media_sent_to_text_only_engine(modalities: list[str], language_model_only: b
                else "was started with a `limit_mm_per_prompt` of 0 for every modality")
     return (
         f"This request carries {' and '.join(modalities)} input, and this engine serves text alone: it {setting}, "
-        "so it built none of the model's towers. Send the prompt without media, or serve media from an engine "
+        "so it encodes no media (vLLM builds no tower for it). Send the prompt without media, or serve media from an engine "
         "started without that setting."
     )
 

@@ -79,7 +79,7 @@ from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
 from .step_kwargs import keep_eager
-from .probes import HF_DATA_KEYS
+from .probes import HF_DATA_KEYS, MODALITIES
 from .processing import (
     DATA_KEY,
     ENCODER_KEY,
@@ -230,6 +230,9 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         return inputs
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
+        if inputs_embeds is None and input_ids is not None and self.pp_group.is_first_rank and self._embeds_per_token:
+            # vLLM hands the ids alone where it embeds no media (an engine serving text alone)
+            inputs_embeds, input_ids = self.embed_input_ids(input_ids), None
         side = self.side_features
         if side is None or self.pp_group.world_size == 1:
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
@@ -241,6 +244,13 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if isinstance(output, IntermediateTensors):
             output[SIDE_INTERMEDIATE_KEY] = sent
         return output
+
+    @property
+    def _embeds_per_token(self) -> bool:
+        """Whether `embed_input_ids` sets more than the table's rows: per-layer inputs or
+        token fields it records from the ids, or rows the HF forward builds otherwise."""
+        return (self.per_layer_token_inputs is not None or self.token_table_inputs is not None
+                or bool(self.forward_token_rows) or self.token_rows_beside_items is not None)
 
     delegate_prefix: str | None = None
     """The checkpoint names' prefix of the model built, where it is one model of a whole
@@ -431,9 +441,35 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
 
     @contextmanager
     def _mark_model_components(self, vllm_config):
-        """vLLM's hook around building `self.model`: the engine's instances are built as twins."""
-        with built_as(self._compile_twins), super()._mark_model_components(vllm_config):
+        """vLLM's hook around building `self.model`: the engine's instances are built as twins.
+        The towers of modalities the engine takes none of stay unbuilt, as vLLM leaves them,
+        unless transformers cannot build the model without them: then they are built."""
+        if self._builds_without_unserved_towers(vllm_config):
+            marks = super()._mark_model_components(vllm_config)
+        else:
+            marks = self._mark_language_model(vllm_config, targets=self._pre_trained_model_classes.decoder)
+        with built_as(self._compile_twins), marks:
             yield
+
+    def _builds_without_unserved_towers(self, vllm_config) -> bool:
+        """Whether transformers builds the model with the towers vLLM leaves unbuilt, for
+        modalities whose limit is 0 (`language_model_only`): a model's `__init__` may read
+        them (Granite 4 Vision's `self.dtype`, from its parameters, with none built yet).
+        Tried on the meta device, under vLLM's own marks; True where no limit is 0."""
+        mm_config = vllm_config.model_config.get_multimodal_config()
+        if all(mm_config.get_limit_per_prompt(modality) for modality in MODALITIES):
+            return True
+        from transformers import AutoModel
+        from vllm.model_executor.models.transformers.utils import init_on_device_without_buffers
+
+        try:
+            with super()._mark_model_components(vllm_config), init_on_device_without_buffers("meta"):
+                AutoModel.from_config(**self._from_config_kwargs)
+        except Exception as error:  # noqa: BLE001 - transformers' own code, whatever it raises
+            logger.warning("hf_bridge builds %s's towers although this engine takes none of their modalities: "
+                           "transformers cannot build the model without them (%r)", type(self.config).__name__, error)
+            return False
+        return True
 
     def _create_attention_instances(self, prefix: str = ""):
         """vLLM's KV-cache layers; a decoder layer that attends over an earlier layer's keys

@@ -181,19 +181,33 @@ def test_the_profiled_video_length_is_vllms_own_count(zoo, name):
             assert info._most_frames_that_fit(seq_len, counts) == vllms, (seq_len, videos)
 
 
+HELD_BESIDE_THE_TEXT_MODEL = {
+    "qwen2_vl": [], "paligemma": ["multi_modal_projector"], "gemma3n": ["embed_audio", "embed_vision"],
+    # flat: the base model is its own decoder; its VQ image tokenizer is no tower vLLM can tell apart
+    "chameleon": ["embed_tokens", "layers", "norm", "vqmodel"],
+    # its __init__ reads `self.dtype` from parameters built before, the tower's: kept
+    "granite4_vision": ["layerwise_projectors", "spatial_projectors", "vision_tower"],
+}
+"""The HF base model's children with parameters, beside its text model, in an engine serving text alone."""
+
+
 @pytest.mark.engine
-@pytest.mark.parametrize("name", ["qwen2_vl", "chameleon", "paligemma"])
-def test_an_engine_serving_text_alone_keeps_parity_without_its_towers(zoo, engines, name):
+@pytest.mark.parametrize(("source", "name"), [("zoo", "qwen2_vl"), ("zoo", "chameleon"), ("zoo", "paligemma"),
+                                              ("generic", "gemma3n"), ("generic", "granite4_vision")])
+def test_an_engine_serving_text_alone_keeps_parity_without_its_towers(request, engines, hf_bridge_log, source, name):
     """`language_model_only` (or every modality's limit 0) builds no tower, as in the
     in-tree backend. hf_bridge had stopped at loading: it renamed the skipped tower's
     weights as transformers does, and vLLM's loader renamed them again, into the text
     model. Chameleon's processor adds its separator to every prompt, which vLLM, building
     no multimodal processor here, left out; PaliGemma's prompt attends both ways, which
-    vLLM turns off for text alone. Each prompt is transformers', token for token."""
+    vLLM turns off for text alone; vLLM hands the decoder ids, not embeddings, so Gemma 3n's
+    per-layer inputs were a step's old ones. Granite 4 Vision cannot be built without its
+    tower (as in the in-tree backend), so it keeps it, saying so. Each prompt is
+    transformers', token for token."""
     import torch
     from transformers import AutoProcessor
 
-    model_dir = zoo(name)
+    model_dir = request.getfixturevalue(source)(name)
     case = parity.standard_cases(64)["text_only"]
     llm = engines.get(model_dir, language_model_only=True)
     got = parity.vllm_result(llm, AutoProcessor.from_pretrained(model_dir), case)
@@ -207,13 +221,13 @@ def test_an_engine_serving_text_alone_keeps_parity_without_its_towers(zoo, engin
         base = model.model
         return sorted(name for name, child in base.named_children() if child is not base.get_decoder() and next(child.parameters(), None) is not None)
 
-    assert llm.apply_model(held_beside_text_model)[0] == {
-        "qwen2_vl": [], "paligemma": ["multi_modal_projector"],
-        # flat: the base model is its own decoder; its VQ image tokenizer is no tower vLLM can tell apart
-        "chameleon": ["embed_tokens", "layers", "norm", "vqmodel"]}[name]
+    held = llm.apply_model(held_beside_text_model)[0]
+    assert held == HELD_BESIDE_THE_TEXT_MODEL[name], held
+    kept = [r.getMessage() for r in hf_bridge_log.records if "towers although this engine takes none" in r.getMessage()]
+    assert len(kept) == (name == "granite4_vision"), kept
     # vLLM's own refusal was "Multi-modal processor not available for text-only models"
     with pytest.raises(ValueError, match=re.escape("This request carries image input, and this engine serves text alone: it "
-                                                   "was started with `language_model_only`, so it built none of the model's towers")):
+                                                   "was started with `language_model_only`, so it encodes no media")):
         llm.generate(parity.vllm_request(AutoProcessor.from_pretrained(model_dir), parity.standard_cases(64)["one_image"]),
                      parity.sampling_params(), use_tqdm=False)
     engines.close()  # an in-process engine that raised is rebuilt before it serves again
