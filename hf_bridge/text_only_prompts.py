@@ -9,9 +9,9 @@ token short of transformers'.
 `install` wraps that method and its async twin (vLLM has no hook for it, hence a named
 private-API patch): for a model hf_bridge serves, a prompt without media gets the
 tokens its processor adds to the sentinel text alone (`ProcessorProbe.text_only_frame`).
-Prompts with media, and every other model's prompts, pass through untouched. So do an
-engine's that serves text alone (`language_model_only`, or every limit 0): vLLM builds it
-no multimodal processor, so one is built here, for that frame only.
+Prompts with media, and every other model's prompts, pass through untouched. An engine
+serving text alone (`language_model_only`, or every limit 0) gets the same tokens: vLLM
+builds it no multimodal processor, so hf_bridge's is built here, for that frame only.
 """
 
 from __future__ import annotations
@@ -84,12 +84,15 @@ TEXT_ONLY_PROCESSOR = "_hf_bridge_text_only_processor"
 
 
 def _multimodal_processor(renderer: Any) -> Any:
-    """The renderer's multimodal processor; for an engine of a multimodal model that
-    serves text alone, for which vLLM builds none, the model's, built once."""
-    if renderer.mm_processor is not None or renderer.model_config.multimodal_config is None:
+    """The renderer's multimodal processor; for an engine of a multimodal model hf_bridge
+    serves that serves text alone, for which vLLM builds none, hf_bridge's, built once."""
+    from .plugin import OWN_CLASSES
+
+    model_config = renderer.model_config
+    if renderer.mm_processor is not None or model_config.multimodal_config is None or model_config.architecture not in OWN_CLASSES:
         return renderer.mm_processor
     if not hasattr(renderer, TEXT_ONLY_PROCESSOR):
         from vllm.multimodal import MULTIMODAL_REGISTRY
 
-        setattr(renderer, TEXT_ONLY_PROCESSOR, MULTIMODAL_REGISTRY.create_processor(renderer.model_config, tokenizer=renderer.tokenizer))
+        setattr(renderer, TEXT_ONLY_PROCESSOR, MULTIMODAL_REGISTRY.create_processor(model_config, tokenizer=renderer.tokenizer))
     return getattr(renderer, TEXT_ONLY_PROCESSOR)
