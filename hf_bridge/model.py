@@ -79,7 +79,7 @@ from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
 from .step_kwargs import keep_eager
-from .probes import HF_DATA_KEYS, MODALITIES
+from .probes import HF_DATA_KEYS
 from .processing import (
     DATA_KEY,
     ENCODER_KEY,
@@ -455,9 +455,10 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         """Whether transformers builds the model with the towers vLLM leaves unbuilt, for
         modalities whose limit is 0 (`language_model_only`): a model's `__init__` may read
         them (Granite 4 Vision's `self.dtype`, from its parameters, with none built yet).
-        Tried on the meta device, under vLLM's own marks; True where no limit is 0."""
+        Tried on the meta device, under vLLM's own marks, where a modality it finds a
+        tower for has a limit of 0."""
         mm_config = vllm_config.model_config.get_multimodal_config()
-        if all(mm_config.get_limit_per_prompt(modality) for modality in MODALITIES):
+        if all(mm_config.get_limit_per_prompt(modality) for modality in self._pre_trained_model_classes.encoders):
             return True
         from transformers import AutoModel
         from vllm.model_executor.models.transformers.utils import init_on_device_without_buffers

@@ -86,11 +86,13 @@ TEXT_ONLY_PROCESSOR = "_hf_bridge_text_only_processor"
 def _multimodal_processor(renderer: Any) -> Any:
     """The renderer's multimodal processor; for an engine of a multimodal model hf_bridge
     serves that serves text alone, for which vLLM builds none, hf_bridge's, built once."""
+    model_config = renderer.model_config
+    if renderer.mm_processor is not None or model_config.multimodal_config is None:
+        return renderer.mm_processor
     from .plugin import OWN_CLASSES
 
-    model_config = renderer.model_config
-    if renderer.mm_processor is not None or model_config.multimodal_config is None or model_config.architecture not in OWN_CLASSES:
-        return renderer.mm_processor
+    if model_config.architecture not in OWN_CLASSES:
+        return None
     if not hasattr(renderer, TEXT_ONLY_PROCESSOR):
         from vllm.multimodal import MULTIMODAL_REGISTRY
 
