@@ -47,10 +47,10 @@ def at_meant_scale(modality: str, item: Mapping[str, list]) -> dict[str, list] |
     """`item` at the scale its processor takes, where it was sent at another: pixels that
     are floats within [0, 1], not all zero, at 255 times their values; PCM audio samples as
     floats within [-1, 1]. None for any other item."""
-    key = media_key(modality)
-    if key is None or not item.get(key):
+    media = sent_media(modality, item)
+    if media is None:
         return None
-    (media,) = item[key]
+    key = media_key(modality)
     if modality == "audio":
         meant = _clip_at_unit_scale(media)
         return None if meant is None else {**item, key: [meant]}
@@ -63,6 +63,12 @@ def media_key(modality: str) -> str | None:
     """Where an item's pixels or samples sit in the processor's keyword layout."""
     keys = HF_DATA_KEYS.get(modality)
     return keys[0] if keys else None
+
+
+def sent_media(modality: str, item: Mapping[str, list]) -> Any:
+    """The item's one image, video or clip as sent; None where its layout holds none."""
+    key = media_key(modality)
+    return item[key][0] if key is not None and item.get(key) else None
 
 
 def parts_from(sent: Mapping[str, Any], meant: Mapping[str, Any]) -> bool:

@@ -598,7 +598,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 raise ValueError(errors.video_sampled_without_metadata(index, exc)) from exc
             if request_keys and self._probe_or_none(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
-            sent = item.get(media_scale.media_key(modality) or "", [None])[0]
+            sent = media_scale.sent_media(modality, item)
             shape = tuple(np.shape(sent)) if modality == "audio" or isinstance(sent, (np.ndarray, torch.Tensor)) else ()
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
         if modality == "audio":
@@ -679,7 +679,7 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             return
         meant_out = self._probe_or_none(modality, meant, hf_kwargs)  # None: nothing to compare with
         if meant_out is not None and media_scale.parts_from(out, meant_out[0]):
-            sent = item[media_scale.media_key(modality)][0]
+            sent = media_scale.sent_media(modality, item)
             raise ValueError(errors.audio_samples_as_pcm(index, sent.dtype, float(abs(sent).max()), processor)
                              if modality == "audio" else errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
 

@@ -42,15 +42,11 @@ def install() -> None:
 def added_tokens(mm_processor: Any) -> PromptFrame:
     """What a prompt without media gets from vLLM's multimodal processor `mm_processor`:
     its HF processor's own tokens where hf_bridge serves the model, else nothing."""
-    if not _served_by_hf_bridge(mm_processor):
-        return PromptFrame()
-    return mm_processor.info.text_only_frame()
-
-
-def _served_by_hf_bridge(mm_processor: Any) -> bool:
     from .processing import HFBridgeMultiModalProcessor
 
-    return isinstance(mm_processor, HFBridgeMultiModalProcessor)
+    if not isinstance(mm_processor, HFBridgeMultiModalProcessor):
+        return PromptFrame()
+    return mm_processor.info.text_only_frame()
 
 
 def with_added_tokens(prompt_ids: list[int], added: PromptFrame) -> list[int]:
@@ -63,7 +59,7 @@ def with_processor_tokens(renderer: Any, prompt: dict) -> dict:
     serves the model; else `prompt` itself."""
     processor = _multimodal_processor(renderer)
     if media := prompt.get("multi_modal_data"):
-        if renderer.mm_processor is None and _served_by_hf_bridge(processor):  # vLLM's own refusal names no setting
+        if processor is not renderer.mm_processor:  # built for a text-only engine; vLLM's refusal names no setting
             from .errors import media_sent_to_text_only_engine
 
             raise ValueError(media_sent_to_text_only_engine(sorted(media), renderer.model_config.multimodal_config.language_model_only))
