@@ -13,12 +13,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import weakref
 from typing import Any
 
 import torch
 
+from . import LOGGER_NAME
 from .side_features import SideFeatures, side_levels, widen
+
+logger = logging.getLogger(LOGGER_NAME)
+
+
+def join_items(values: list[Any]) -> Any:
+    """One field of several items as one call takes it: tensors concatenated along their
+    first dimension (as the HF processor lays out items of one size), other values listed."""
+    if isinstance(values[0], torch.Tensor):
+        return torch.cat([v if v.ndim else v[None] for v in values])
+    return values[0] if len(values) == 1 else values
 
 
 def encode(
@@ -32,8 +44,60 @@ def encode(
     """One row of width `hidden_size` per embedding position, items in order; with
     `side_features`, the multi-level features the decoder adds ride along as columns (and
     `side_features` keeps the decoder layers the output names for them).
-    `num_embeds` (the items' embedding positions in all) is needed only by a model that
-    encodes inline (`encode_inline`)."""
+    `num_embeds` (the items' embedding positions in all) is needed by a model that
+    encodes inline (`encode_inline`), and to mend a call for one row (`_first_of_pair`)."""
+    one_row = num_embeds == 1
+    paired_at_once = one_row and modality in _ONE_ROW_IN_PAIRS.get(hf_model, ())
+    if paired_at_once:
+        with contextlib.suppress(Exception):  # else the item's own call says what is wrong with it
+            return _first_of_pair(hf_model, modality, fields, hidden_size, side_features)
+    try:
+        return _encode(hf_model, modality, fields, hidden_size, side_features, num_embeds)
+    except Exception as alone:  # noqa: BLE001 - transformers' own code, whatever it raises
+        if not one_row or paired_at_once:
+            raise
+        try:
+            rows = _first_of_pair(hf_model, modality, fields, hidden_size, side_features)
+        except Exception:  # noqa: BLE001 - the item's own failure is the one to report
+            raise alone from None
+        _ONE_ROW_IN_PAIRS.setdefault(hf_model, set()).add(modality)
+        logger.warning(
+            "hf_bridge: %s.%s raised on a call for one embedding row (%s: %s); beside a copy of itself, the item "
+            "encoded. hf_bridge encodes every one-row %s item so from now on, keeping the first copy's row",
+            type(hf_model).__name__, features_entry_name(hf_model, modality) or "forward", type(alone).__name__, alone,
+            modality)
+        return rows
+
+
+ONE_ROW_PAIR = 2
+"""Copies of an item a one-row call is made for: the fewest that give more than one row."""
+
+_ONE_ROW_IN_PAIRS: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
+"""Per HF model, the modalities whose entry raised on a call for one embedding row, where
+two copies of the item encoded: Mistral 3's `get_image_features` squeezes its projector's
+one-row output to a vector, then splits that by the image's one row (an image of at most
+28x28 pixels). Only such calls are paired: one of more rows runs as it comes."""
+
+
+def _first_of_pair(
+    hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], hidden_size: int, side_features: SideFeatures | None,
+) -> torch.Tensor:
+    """The one item of `fields` encoded beside a copy of itself, and its own row kept."""
+    pair = {k: join_items([v] * ONE_ROW_PAIR) for k, v in fields.items()}
+    rows = _encode(hf_model, modality, pair, hidden_size, side_features, ONE_ROW_PAIR)
+    if rows.shape[0] != ONE_ROW_PAIR:
+        raise ValueError(f"{ONE_ROW_PAIR} copies of a one-row item gave {rows.shape[0]} rows")
+    return rows[:1]
+
+
+def _encode(
+    hf_model: torch.nn.Module,
+    modality: str,
+    fields: dict[str, Any],
+    hidden_size: int,
+    side_features: SideFeatures | None,
+    num_embeds: int | None,
+) -> torch.Tensor:
     device = next(hf_model.parameters()).device
     fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
     completed = modality in _COMPLETED_BY_FORWARD.get(hf_model, ()) and num_embeds is not None  # else the entry counts the rows

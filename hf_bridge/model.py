@@ -624,7 +624,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         groups = split.batch_groups(signatures) if stacks else [[i] for i in range(len(items))]
         for group in groups:
             every_item = group == list(range(len(items)))  # in order: vLLM's stacked tensors already hold them
-            fields = {k: _joined(stacked[k]) if every_item and k in stacked else _concat([items[i][k] for i in group])
+            fields = {k: _joined(stacked[k]) if every_item and k in stacked else features.join_items([items[i][k] for i in group])
                       for k in items[group[0]]}
             rows = self._encode(encoder, fields, sum(counts[i] for i in group))
             sizes = split.split_rows(rows.shape[0], [counts[i] for i in group])
@@ -728,12 +728,6 @@ def _name_sizes_as_torch(linear: LinearBase) -> None:
     linear.out_features = getattr(linear, "output_size_per_partition", linear.output_size)
 
 
-def _concat(values: list[Any]) -> Any:
-    if isinstance(values[0], torch.Tensor):
-        return torch.cat([v if v.ndim else v[None] for v in values])
-    return values[0] if len(values) == 1 else values
-
-
 def _joined(stacked: torch.Tensor) -> torch.Tensor:
-    """`_concat` of the items vLLM stacked into `stacked`, as a view where it can be (no copy)."""
+    """`features.join_items` of the items vLLM stacked into `stacked`, as a view where it can be (no copy)."""
     return stacked if stacked.ndim == 1 else stacked.flatten(0, 1)

@@ -1,7 +1,8 @@
 """`features.py` without vLLM: a model whose forward encodes items inline (Qwen2-Audio,
 with no `get_audio_features`) is encoded through that forward, and gives exactly the rows
 its forward places where it hands its decoder the prompt's embeddings; so is a model
-whose entry returns rows its forward projects further (Llama 4)."""
+whose entry returns rows its forward projects further (Llama 4). A one-row call the
+entry cannot make (Mistral 3's) is made for the item beside a copy of itself."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from transformers import (
     Llama4ForConditionalGeneration,
     LlavaConfig,
     LlavaModel,
+    Mistral3Config,
+    Mistral3Model,
     Qwen2AudioConfig,
     Qwen2AudioForConditionalGeneration,
     Qwen2AudioModel,
@@ -175,3 +178,44 @@ def test_a_flat_model_that_changes_its_embeddings_before_its_layers_is_refused()
         encode(granite, "image", {}, HIDDEN, num_embeds=2)
     granite.embedding_multiplier = 1.0  # embeddings as given: taken
     assert encode(granite, "image", {}, HIDDEN, num_embeds=2).shape == (2, HIDDEN)
+
+
+@pytest.fixture
+def mistral3():
+    """A new model each test: hf_bridge remembers per model which entries it pairs."""
+    torch.manual_seed(0)
+    config = Mistral3Config(
+        vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, head_dim=16, image_size=56, patch_size=14),
+        text_config=dict(model_type="mistral", hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, vocab_size=200),
+        image_token_id=AUDIO_TOKEN, spatial_merge_size=2,
+    )
+    return Mistral3Model(config).eval()
+
+
+ONE_ROW_SPLIT = rf"split_sizes to sum exactly to {HIDDEN} .* got split_sizes=\[1\]"
+"""Mistral 3's `get_image_features` on one row: squeezed to a vector of the text's width."""
+
+
+def test_a_one_row_call_the_entry_cannot_make_is_made_beside_a_copy(mistral3):
+    pixels, sizes = torch.randn(1, 3, 28, 28), torch.tensor([[28, 28]])  # 2x2 patches: one row
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=ONE_ROW_SPLIT):
+            mistral3.get_image_features(pixel_values=pixels, image_sizes=sizes)
+        rows = encode(mistral3, "image", {"pixel_values": pixels, "image_sizes": sizes}, HIDDEN, num_embeds=1)
+        paired = mistral3.get_image_features(pixel_values=pixels.repeat(2, 1, 1, 1), image_sizes=sizes.repeat(2, 1))
+    torch.testing.assert_close(rows, paired.pooler_output[0], rtol=0, atol=0)
+    # a call for more rows is the entry's own, error included
+    with torch.no_grad(), pytest.raises(RuntimeError, match=ONE_ROW_SPLIT):
+        encode(mistral3, "image", {"pixel_values": pixels, "image_sizes": sizes}, HIDDEN, num_embeds=2)
+
+
+def test_a_one_row_call_that_fails_beside_a_copy_too_raises_its_own_error(mistral3):
+    sizes = torch.tensor([[28, 28]])
+    bad = torch.randn(1, 2, 28, 28)  # two channels, where the tower's patch convolution takes three
+    for paired_before in (False, True):  # once an entry is paired, a failing pair still reports the item's own call
+        if paired_before:
+            encode(mistral3, "image", {"pixel_values": torch.randn(1, 3, 28, 28), "image_sizes": sizes}, HIDDEN, num_embeds=1)
+        with torch.no_grad(), pytest.raises(RuntimeError, match=r"expected input\[1, 2, 28, 28\] to have 3 channels"):
+            encode(mistral3, "image", {"pixel_values": bad, "image_sizes": sizes}, HIDDEN, num_embeds=1)

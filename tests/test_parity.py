@@ -189,3 +189,42 @@ def test_a_checkpoint_with_tied_embeddings_keeps_parity(arch, keep_head, zoo, en
     for case, reference in zip(cases, references(model_dir, cases)):
         assert not parity.is_degenerate(reference.tokens), (case.name, reference.tokens)
         assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
+
+
+@pytest.mark.engine
+def test_an_image_of_one_row_is_encoded_beside_a_copy_and_keeps_parity(zoo, engines, hf_bridge_log):
+    """Mistral 3 gives an image of at most 28x28 pixels one row (2x2 patches, merged).
+    Its `get_image_features` squeezes that one-row output to a vector, then fails to split
+    it: transformers cannot run such an image alone, and the error, raised in vLLM's
+    worker, stopped the engine (every later request failed). hf_bridge encodes the item
+    beside a copy of itself once a one-row call has raised, and keeps the first copy's
+    row: the row transformers gives that image beside another. The engine's prompt,
+    tokens and log-probs are transformers' on the prompt with that row in place."""
+    import torch
+    from transformers import AutoProcessor
+
+    model_dir = zoo("mistral3")
+    processor = AutoProcessor.from_pretrained(model_dir)
+    small = parity.Case("small_image", num_images=1, image_shape=(20, 20))
+    model = parity.load_generation_model(model_dir)
+    inputs = parity.model_inputs(model, processor, small)
+    width = model.config.text_config.hidden_size
+    with torch.no_grad(), pytest.raises(RuntimeError, match=rf"sum exactly to {width} .* got split_sizes=\[1\]"):
+        model(**inputs)  # transformers alone: the one row squeezed to a vector of the text's width
+    beside = processor.image_processor([small.images[0], parity.test_image(64, 48, seed=9)], return_tensors="pt")
+    with torch.no_grad():
+        row, other = model.model.get_image_features(**beside).pooler_output
+        embeds = model.get_input_embeddings()(inputs["input_ids"])
+        embeds[inputs["input_ids"] == model.config.image_token_id] = row
+    assert row.shape == (1, width) and other.shape[0] > 1
+    reference = parity.hf_reference(model_dir, None, model=model, inputs={
+        "input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"], "inputs_embeds": embeds})
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+
+    llm = engines.get(model_dir)
+    for _ in range(2):  # the second goes to a pair at once
+        assert parity.compare(reference, parity.vllm_result(llm, processor, small)) == []
+    warned = [r.getMessage() for r in hf_bridge_log.records if "raised on a call for one embedding row" in r.getMessage()]
+    assert len(warned) == 1 and "Mistral3Model.get_image_features raised" in warned[0], warned
+    (larger,) = references(model_dir, [parity.standard_cases(64)["one_image"]])
+    assert parity.compare(larger, parity.vllm_result(llm, processor, parity.standard_cases(64)["one_image"])) == []

@@ -401,7 +401,9 @@ def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, proces
     """Greedy generation and log-probs from transformers itself, in the model's dtype
     (float32; float64 for the rounding check, bfloat16 for an engine in bfloat16; media
     features cast to it). `inputs`: the forward's own, instead of the processor's for
-    `case` (a prompt's ids where the processor refuses text alone, as PaliGemma's does)."""
+    `case` (a prompt's ids where the processor refuses text alone, as PaliGemma's does; or
+    its ids beside the `inputs_embeds` to run them as, where transformers cannot build
+    those from the media itself)."""
     import torch
 
     from .checkpoint import load_processor
@@ -417,7 +419,8 @@ def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, proces
             **inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, min_new_tokens=MAX_NEW_TOKENS,
             output_logits=True, return_dict_in_generate=True,
         )
-        prompt_logits = model(**inputs).logits[0].float()
+        forward_inputs = {k: v for k, v in inputs.items() if k != "input_ids"} if "inputs_embeds" in inputs else inputs
+        prompt_logits = model(**forward_inputs).logits[0].float()
     ids = out.sequences[0].tolist()
     tokens = ids[prompt_len:]
     steps = [torch.log_softmax(step[0].float(), -1) for step in out.logits]
