@@ -258,6 +258,25 @@ def processor_kwargs_ignored(keys: list[str], closest: Mapping[str, str | None],
     )
 
 
+def tensor_type_refused(asked: object, whose: str) -> str:
+    """`whose`: "request's" or "engine's"."""
+    return (
+        f"The {whose} `mm_processor_kwargs` set return_tensors={asked!r}: vLLM asks the processor for torch "
+        "tensors ('pt') and hands them to the model, whose encoder takes no other kind (numpy arrays raised in the "
+        "engine's worker, which stopped the engine). Leave `return_tensors` out of `mm_processor_kwargs`."
+    )
+
+
+def kwargs_truncate_the_text(cut_to: int, prompt_tokens: int) -> str:
+    return (
+        f"This request's processor kwargs truncate the text to {cut_to} tokens, and its prompt holds "
+        f"{prompt_tokens}: transformers' processor would cut the prompt there (and refuses a cut through an item's "
+        "placeholder), but vLLM tokenizes the prompt itself and hands the processor a short text of each item's "
+        f"own, so the prompt would run whole. Leave `truncation` out of `mm_processor_kwargs`, and send a prompt of "
+        f"at most {cut_to} tokens if that is the length you meant."
+    )
+
+
 def video_sampled_twice(index: int, kept: int, total: int) -> str:
     return (
         f"Video {index} of this request holds {kept} of its {total} frames: vLLM's video loader sampled it "

@@ -208,6 +208,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         engine_kwargs = self.engine_processor_kwargs
         if ignored := processor_kwargs.ignored_keys(self.get_hf_processor(), engine_kwargs):
             raise ValueError(self.ignored_kwargs_message(ignored, "engine's"))
+        if (asked := processor_kwargs.tensor_type_asked(engine_kwargs)) is not None:
+            raise ValueError(errors.tensor_type_refused(asked, "engine's"))
         self._check_engine_kwargs_pad_nothing(engine_kwargs)
         failures, unencodable = self.probes.failures, self.unencodable_modalities
         for modality, why in failures.items():
@@ -484,13 +486,28 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
         result = super().apply(inputs, timing_ctx)
         self._check_no_embedding_tokens_outside_items(result["prompt_token_ids"], result["mm_placeholders"])
+        if not _DUMMY_REQUEST.get():
+            self._check_text_kept_whole(inputs.hf_processor_mm_kwargs, len(result["prompt_token_ids"]))
         return result
 
     def _check_request_kwargs_read(self, request_kwargs: Mapping[str, object]) -> None:
         """Refuse the request's processor kwargs that nothing would read (`processor_kwargs.py`):
-        transformers logs that it ignores them, and the reply is made without them."""
+        transformers logs that it ignores them, and the reply is made without them; and
+        those that ask for arrays other than torch's, which the model's encoder cannot take."""
         if ignored := processor_kwargs.ignored_keys(self.info.get_hf_processor(), request_kwargs):
             raise ProcessorKwargsRefused(self.info.ignored_kwargs_message(ignored, "request's"))
+        if (asked := processor_kwargs.tensor_type_asked(request_kwargs)) is not None:
+            raise ProcessorKwargsRefused(errors.tensor_type_refused(asked, "request's"))
+
+    def _check_text_kept_whole(self, request_kwargs: Mapping[str, object], prompt_tokens: int) -> None:
+        """Refuse processor kwargs (the engine's and the request's) that truncate the text
+        below the length of the prompt vLLM runs (placeholders expanded, as transformers
+        tokenizes it): the processor truncates only each item's short text, and the prompt
+        would run whole where transformers cuts it."""
+        merged = self.info.ctx.get_merged_mm_kwargs(request_kwargs)
+        model_max_length = getattr(self.info.get_tokenizer(), "model_max_length", None)
+        if (cut_to := processor_kwargs.text_cut_to(merged, prompt_tokens, model_max_length)) is not None:
+            raise ProcessorKwargsRefused(errors.kwargs_truncate_the_text(cut_to, prompt_tokens))
 
     def _expanded_placeholder(self, modality: str, prompt: list[int], given: int) -> tuple[str, int] | None:
         """(token, times) where the prompt holds the token the model reads the modality's

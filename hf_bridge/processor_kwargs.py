@@ -104,3 +104,29 @@ def known_keys(processor: Any) -> set[str]:
 def closest(key: str, processor: Any) -> str | None:
     """The declared key `key` most likely misspells, if one is close."""
     return next(iter(difflib.get_close_matches(key, sorted(known_keys(processor)), n=1, cutoff=0.75)), None)
+
+
+TENSOR_TYPE = "pt"
+"""The kind of tensors vLLM asks the processor for, and hands the model: torch's."""
+NO_TRUNCATION = (None, False, "do_not_truncate")
+"""`truncation` values that leave the text whole (transformers' tokenizers)."""
+
+
+def tensor_type_asked(kwargs: Mapping[str, object]) -> object | None:
+    """The `return_tensors` that `kwargs` ask of the processor, where not torch's: the
+    processor would hand vLLM, and vLLM the model's encoder, another kind of array."""
+    asked = kwargs.get("return_tensors", TENSOR_TYPE)
+    return None if asked == TENSOR_TYPE else asked
+
+
+def text_cut_to(kwargs: Mapping[str, object], prompt_tokens: int, model_max_length: int | None) -> int | None:
+    """The length `kwargs` truncate a prompt's text to (their `max_length`, else the
+    tokenizer's `model_max_length`), where that cuts a prompt of `prompt_tokens`: the
+    processor truncates the text it is given, which in vLLM is a short text of the item's
+    own, never the prompt."""
+    text_kwargs = kwargs.get("text_kwargs")
+    merged = {**kwargs, **(text_kwargs if isinstance(text_kwargs, Mapping) else {})}
+    if merged.get("truncation") in NO_TRUNCATION:
+        return None
+    length = merged.get("max_length", model_max_length)
+    return length if isinstance(length, int) and prompt_tokens > length else None

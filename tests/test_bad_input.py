@@ -50,6 +50,9 @@ def bad_input_results(zoo):
         # transformers logged "is not a valid argument for this processor and will be ignored", and served it
         ("kwarg_nothing_reads", r"`mm_processor_kwargs` hold 'do_rezise' \(did you mean 'do_resize'\?\), which "
                                 r"LlavaProcessor takes nowhere"),
+        # the processor handed the model numpy pixels, which raised in the worker and stopped the engine
+        ("tensors_not_torch", r"The request's `mm_processor_kwargs` set return_tensors='np': vLLM asks the processor "
+                              r"for torch tensors \('pt'\).*Leave `return_tensors` out"),
     ],
 )
 def test_bad_request_is_refused_clearly_and_the_engine_keeps_serving(bad_input_results, step, message):
@@ -135,6 +138,32 @@ def test_engine_kwargs_that_pad_the_text_are_refused_at_start(zoo, name):
         build_processor(model_dir, mm_processor_kwargs={"padding": "max_length", "max_length": 200})
     for harmless in ({"padding": "longest"}, {"pad_to_multiple_of": 64}):
         assert "image" in build_processor(model_dir, mm_processor_kwargs=harmless).info.supported_mm_limits
+
+
+def test_kwargs_that_ask_for_other_arrays_or_cut_the_text_are_refused(zoo):
+    """`return_tensors="np"` made the processor hand the model numpy arrays, which raised
+    in the engine's worker and stopped the engine (the request's step in
+    `test_bad_request_is_refused_clearly_and_the_engine_keeps_serving`); in the engine's
+    kwargs it stops the start. `truncation` below the prompt's length cut only each item's
+    short text, and the prompt ran whole, where transformers cuts it (or refuses a cut
+    through a placeholder, as LLaVA's processor does). A length the prompt fits is served."""
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.processing import ProcessorKwargsRefused
+    from hf_bridge.validate import parity
+
+    processor = build_processor(zoo("qwen2_vl"))
+    case = parity.Case("one_image", num_images=1)
+    prompt, media = parity.prompt_text(processor.info.get_hf_processor(), case), {"image": case.images[0]}
+    served = inspect_prompt(processor, prompt, media).prompt_ids
+    with pytest.raises(ProcessorKwargsRefused, match=re.escape("The request's `mm_processor_kwargs` set return_tensors='np'")):
+        inspect_prompt(processor, prompt, media, {"return_tensors": "np"})
+    with pytest.raises(ProcessorKwargsRefused, match=re.escape(
+            f"This request's processor kwargs truncate the text to {len(served) - 1} tokens, and its prompt holds {len(served)}: "
+            "transformers' processor would cut the prompt there")):
+        inspect_prompt(processor, prompt, media, {"truncation": True, "max_length": len(served) - 1})
+    assert inspect_prompt(processor, prompt, media, {"truncation": True, "max_length": len(served)}).prompt_ids == served
+    with pytest.raises(ValueError, match=re.escape("The engine's `mm_processor_kwargs` set return_tensors='np'")):
+        build_processor(zoo("qwen2_vl"), mm_processor_kwargs={"return_tensors": "np"})
 
 
 def test_an_rgba_array_is_refused_naming_its_channels_and_the_fix(zoo):

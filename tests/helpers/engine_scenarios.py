@@ -46,6 +46,7 @@ def bad_input(model_dir: str) -> None:
         "kwargs_change_pixel_sides": {**good, "mm_processor_kwargs": {"do_resize": False, "do_center_crop": False}},
         "kwargs_pad_the_text": {**good, "mm_processor_kwargs": {"padding": "max_length", "max_length": 200}},
         "kwarg_nothing_reads": {**good, "mm_processor_kwargs": {"do_rezise": False}},
+        "tensors_not_torch": {**good, "mm_processor_kwargs": {"return_tensors": "np"}},
     }
     (first,) = llm.generate([good], params, use_tqdm=False)
     emit(step="good_before", ok=True, tokens=list(first.outputs[0].token_ids))
