@@ -5,7 +5,8 @@ check (`bench/encoder_graphs_gpu.py`), which captures exactly this code in a rea
 `torch.cuda.CUDAGraph` on a machine without vLLM. A model with no such entry, whose
 forward encodes items inline (Qwen2-Audio), is run through that forward instead, up to
 the embeddings it hands its decoder (`encode_inline`); so is one whose entry returns the
-tower's rows and whose forward projects them further (Llama 4).
+tower's rows and whose forward projects them further (Llama 4). An item whose one row the
+entry cannot give alone is encoded beside a copy of itself (`_first_of_pair`).
 """
 
 from __future__ import annotations
