@@ -11,7 +11,10 @@ each part's `valid_kwargs`), logs once in the server's log that a key it cannot 
 setting. The sorting is asked of transformers itself. Only transformers' own processors
 are asked, and only those that sort by the kwargs they declare: a checkpoint's own code may
 read its kwargs before sorting them, and a few of transformers' processors (Phi-4-multimodal,
-Voxtral) sort by a class of their module that they do not declare. No vLLM.
+Voxtral) sort by a class of their module that they do not declare. Two keys the processor
+reads are not vLLM's to pass on: `return_tensors` (`tensor_type_asked`), and `truncation`
+below the prompt's length (`text_cut_to`), which cuts only an item's own short text in
+vLLM. No vLLM.
 """
 
 from __future__ import annotations
