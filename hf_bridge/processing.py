@@ -206,10 +206,8 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
                 logger.warning_once(errors.media_not_served_per_layer_inputs(modality, self.get_hf_processor()))
             return []
         engine_kwargs = self.engine_processor_kwargs
-        if ignored := processor_kwargs.ignored_keys(self.get_hf_processor(), engine_kwargs):
-            raise ValueError(self.ignored_kwargs_message(ignored, "engine's"))
-        if (asked := processor_kwargs.tensor_type_asked(engine_kwargs)) is not None:
-            raise ValueError(errors.tensor_type_refused(asked, "engine's"))
+        if refusal := self.kwargs_refusal(engine_kwargs, "engine's"):
+            raise ValueError(refusal)
         self._check_engine_kwargs_pad_nothing(engine_kwargs)
         failures, unencodable = self.probes.failures, self.unencodable_modalities
         for modality, why in failures.items():
@@ -223,11 +221,17 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             self.text_only_frame()  # learnt, and said, at start-up rather than at the first prompt without media
         return placeable
 
-    def ignored_kwargs_message(self, ignored: list[str], whose: str) -> str:
-        """The refusal of processor kwargs nothing reads (`processor_kwargs.py`); `whose`: "request's" or "engine's"."""
+    def kwargs_refusal(self, kwargs: Mapping[str, object], whose: str) -> str | None:
+        """Why processor kwargs cannot be served as given (`processor_kwargs.py`): keys
+        nothing reads, or arrays other than torch's asked for; None where they can be.
+        `whose`: "request's" or "engine's"."""
         processor = self.get_hf_processor()
-        return errors.processor_kwargs_ignored(ignored, {key: processor_kwargs.closest(key, processor) for key in ignored},
-                                               processor, whose)
+        if ignored := processor_kwargs.ignored_keys(processor, kwargs):
+            return errors.processor_kwargs_ignored(ignored, {key: processor_kwargs.closest(key, processor) for key in ignored},
+                                                   processor, whose)
+        if (asked := processor_kwargs.tensor_type_asked(kwargs)) is not None:
+            return errors.tensor_type_refused(asked, whose)
+        return None
 
     def _check_engine_kwargs_pad_nothing(self, engine_kwargs: Mapping[str, object]) -> None:
         """Refuse, at start-up, engine kwargs that pad the text: every probe would learn
@@ -494,10 +498,8 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         """Refuse the request's processor kwargs that nothing would read (`processor_kwargs.py`):
         transformers logs that it ignores them, and the reply is made without them; and
         those that ask for arrays other than torch's, which the model's encoder cannot take."""
-        if ignored := processor_kwargs.ignored_keys(self.info.get_hf_processor(), request_kwargs):
-            raise ProcessorKwargsRefused(self.info.ignored_kwargs_message(ignored, "request's"))
-        if (asked := processor_kwargs.tensor_type_asked(request_kwargs)) is not None:
-            raise ProcessorKwargsRefused(errors.tensor_type_refused(asked, "request's"))
+        if refusal := self.info.kwargs_refusal(request_kwargs, "request's"):
+            raise ProcessorKwargsRefused(refusal)
 
     def _check_text_kept_whole(self, request_kwargs: Mapping[str, object], prompt_tokens: int) -> None:
         """Refuse processor kwargs (the engine's and the request's) that truncate the text
