@@ -451,6 +451,61 @@ def test_validate_runs_the_users_own_images(zoo, tmp_path):
     assert "[decoding] hf_bridge / user: pass: lenient rule: max |log-prob difference|" in done.stdout
 
 
+def _write_photo_and_transparent_images(directory):
+    """A JPEG whose EXIF says to turn it a quarter (as phones save portraits), and
+    images with transparency in each form a file holds it: RGBA, gray with alpha, a
+    palette's transparent colour."""
+    import numpy as np
+    from PIL import Image
+
+    from hf_bridge.validate.parity import test_image
+
+    photo = test_image(120, 60, seed=5)
+    exif = photo.getexif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
+    photo.save(directory / "portrait.jpg", exif=exif, quality=95)
+    pixels = np.asarray(test_image(70, 50, seed=6).convert("RGBA")).copy()
+    pixels[..., 3] = np.random.default_rng(6).integers(0, 256, (50, 70))
+    pixels[0, 0, 3] = 0
+    Image.fromarray(pixels, "RGBA").save(directory / "logo.png")
+    Image.fromarray(pixels, "RGBA").convert("LA").save(directory / "gray_alpha.png")
+    Image.fromarray(pixels[..., :3]).convert("P").save(directory / "palette.png", transparency=3)
+    return ["portrait.jpg", "logo.png", "gray_alpha.png", "palette.png"]
+
+
+def test_user_images_are_read_as_vllm_decodes_them(tmp_path):
+    """Both sides of a check get an image file as vLLM's `ImageMediaIO` decodes it (as it
+    serves an `image_url`): turned by its EXIF orientation, transparency over white. vLLM's
+    parser then changes nothing, so the HF processor and vLLM's see the same pixels."""
+    from pathlib import Path
+
+    import numpy as np
+    from vllm.multimodal.image import convert_image_mode, normalize_image
+    from vllm.multimodal.media.image import ImageMediaIO
+
+    from hf_bridge.validate.parity import read_image
+
+    names = _write_photo_and_transparent_images(tmp_path)
+    for name in names:
+        ours, vllms = read_image(str(tmp_path / name)), ImageMediaIO().load_file(Path(tmp_path / name)).media
+        assert ours.mode == "RGB" and np.array_equal(np.asarray(ours), np.asarray(vllms)), name
+        parsed = convert_image_mode(normalize_image(ours), "RGB")  # what vLLM's parser does to a PIL image
+        assert np.array_equal(np.asarray(parsed), np.asarray(ours)), name
+    assert read_image(str(tmp_path / "portrait.jpg")).size == (60, 120)
+    assert read_image(str(tmp_path / "logo.png")).getpixel((0, 0)) == (255, 255, 255)
+
+
+@pytest.mark.engine
+def test_validate_checks_a_turned_photo_and_transparent_images_as_served(zoo, tmp_path):
+    """A phone photo reached vLLM turned by its EXIF orientation and transformers not:
+    Qwen2-VL's greedy tokens differed from the second, a failure that was the harness's."""
+    names = _write_photo_and_transparent_images(tmp_path)
+    images = [option for name in names for option in ("--image", str(tmp_path / name))]
+    done, report = _validate(zoo("qwen2_vl"), tmp_path, *images, "--prompt", "What is it?", "--stages", "processing,decoding")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert _outcomes(report) == {("hf_bridge", "user", stage): PASS for stage in ("processing", "decoding")}
+
+
 @pytest.mark.engine
 def test_exact_reference_measures_both_sides_against_float64(zoo, tmp_path):
     """`--exact-reference`: the decoding verdict says how far transformers' float32 result

@@ -93,9 +93,7 @@ class Case:
     @property
     def images(self) -> list[Any]:
         if self.image_files:
-            from PIL import Image
-
-            return [Image.open(path).convert("RGB") for path in self.image_files]
+            return [read_image(path) for path in self.image_files]
         shapes = [self.image_shape] if self.image_shape else [(self.side + self.side // 2, self.side), (self.side, self.side + self.side // 3)]
         return [test_image(*shapes[i % len(shapes)], seed=i + 1) for i in range(self.num_images)]
 
@@ -133,6 +131,23 @@ class Case:
             if not fields[name]:  # keys of cases without them read as before they existed
                 del fields[name]
         return json.dumps(fields, sort_keys=True)
+
+
+def read_image(path: str):
+    """An image file as vLLM decodes it (`ImageMediaIO`, which serves `image_url`s):
+    turned as its EXIF orientation says, transparency laid over white, RGB. Both sides
+    get these pixels. A plain `Image.open(path).convert("RGB")` kept the orientation tag,
+    which vLLM applies to a PIL image and transformers does not: a phone photo reached
+    the two sides turned differently. It also drops transparency where vLLM lays it over
+    white, as transformers' own `load_image` does: served, such an image is vLLM's."""
+    from PIL import Image, ImageOps
+
+    image = ImageOps.exif_transpose(Image.open(path))
+    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        image = Image.new("RGB", rgba.size, (255, 255, 255))
+        image.paste(rgba, mask=rgba.getchannel("A"))
+    return image.convert("RGB")
 
 
 def read_video(path: str) -> np.ndarray:
