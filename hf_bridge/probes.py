@@ -167,10 +167,12 @@ def without_asked_metadata(output: Any, kwargs: Mapping[str, object]) -> Any:
     return output
 
 
-def video_metadata(num_frames: int) -> dict[str, Any]:
+def video_metadata(num_frames: int, fps: float = VIDEO_FPS) -> dict[str, Any]:
+    """A video's metadata as vLLM's loader reports it for every frame of a video of
+    `fps` frames a second (a blank or test video claims `VIDEO_FPS`)."""
     return {
-        "fps": VIDEO_FPS,
-        "duration": num_frames / VIDEO_FPS,
+        "fps": fps,
+        "duration": num_frames / fps,
         "total_num_frames": num_frames,
         "frames_indices": list(range(num_frames)),
         "video_backend": "opencv",

@@ -495,6 +495,42 @@ def test_user_images_are_read_as_vllm_decodes_them(tmp_path):
     assert read_image(str(tmp_path / "logo.png")).getpixel((0, 0)) == (255, 255, 255)
 
 
+def test_a_user_video_is_read_with_its_own_frame_rate_as_vllm_reads_it(zoo, tmp_path):
+    """Every frame and the file's metadata, as vLLM's OpenCV loader gives them with
+    `num_frames=-1`; a processor that samples frames by time gets the file's 30 fps, where
+    validate had claimed 2 for every file and so read a 1.5 s clip as 22.5 s."""
+    from pathlib import Path
+
+    import cv2
+    import numpy as np
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.multimodal.media.video import VideoMediaIO
+
+    from hf_bridge.validate import command, parity
+
+    writer = cv2.VideoWriter(str(tmp_path / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 30, (112, 112))
+    for i in range(45):
+        writer.write(np.asarray(parity.test_image(112, 112, seed=10 + i))[:, :, ::-1])
+    writer.release()
+    frames, metadata = parity.read_video(str(tmp_path / "clip.mp4"))
+    vllms_frames, vllms_metadata = VideoMediaIO(ImageMediaIO(), num_frames=-1).load_file(Path(tmp_path / "clip.mp4")).media
+    assert np.array_equal(frames, vllms_frames)
+    assert metadata == {k: v for k, v in vllms_metadata.items() if k != "do_sample_frames"}
+    assert (metadata["fps"], metadata["duration"], metadata["total_num_frames"]) == (30.0, 1.5, 45)
+
+    (case,) = command.selected_cases(zoo("qwen2_vl"), None, "What happens?", videos=[str(tmp_path / "clip.mp4")])
+    processor = _sampling_by_time(zoo("qwen2_vl"))
+    assert parity.media_kwargs(processor, case)["video_metadata"] == [metadata]
+    _, served = parity.vllm_request(processor, case)["multi_modal_data"]["video"]
+    assert served == {**metadata, "do_sample_frames": True}
+
+
+def _sampling_by_time(model_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(model_dir, do_sample_frames=True, fps=2)
+
+
 @pytest.mark.engine
 def test_validate_checks_a_turned_photo_and_transparent_images_as_served(zoo, tmp_path):
     """A phone photo reached vLLM turned by its EXIF orientation and transformers not:

@@ -99,9 +99,14 @@ class Case:
 
     @property
     def videos(self) -> list[Any]:
+        return [frames for frames, _ in self.videos_with_metadata()]
+
+    def videos_with_metadata(self) -> list[tuple[np.ndarray, dict[str, Any]]]:
+        """Each video's frames and its metadata (a file's own frame rate), for a processor
+        that samples frames: both sides get the same."""
         if self.video_files:
             return [read_video(path) for path in self.video_files]
-        return [test_video(seed=7 + i) for i in range(self.num_videos)]
+        return [(video, video_metadata(len(video))) for video in (test_video(seed=7 + i) for i in range(self.num_videos))]
 
     def audios(self, sampling_rate: int) -> list[np.ndarray]:
         """The clips, sampled at `sampling_rate` (the feature extractor's: neither side
@@ -150,12 +155,16 @@ def read_image(path: str):
     return image.convert("RGB")
 
 
-def read_video(path: str) -> np.ndarray:
-    """Every frame of a video file, RGB, as (frames, height, width, 3) uint8 (OpenCV, as
-    vLLM's own video loader)."""
+def read_video(path: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """Every frame of a video file, RGB, as (frames, height, width, 3) uint8, and its
+    metadata, as vLLM's OpenCV loader gives them with `num_frames=-1` (every frame; its
+    default of 32 leaves a processor that samples frames nothing to sample). The frame
+    rate is the file's: a processor sampling by time (Qwen3-VL's 2 a second) had read a
+    30 fps clip as 15 times longer, and sampled it so on both sides."""
     import cv2
 
     capture = cv2.VideoCapture(path)
+    fps = capture.get(cv2.CAP_PROP_FPS)
     frames = []
     while True:
         ok, frame = capture.read()
@@ -165,7 +174,9 @@ def read_video(path: str) -> np.ndarray:
     capture.release()
     if not frames:
         raise ValueError(f"{path}: OpenCV read no frames (not a video, or a codec it lacks)")
-    return np.stack(frames)
+    if not fps > 0:
+        raise ValueError(f"{path}: OpenCV read no frame rate from the file, which a processor sampling frames by time needs")
+    return np.stack(frames), video_metadata(len(frames), fps)
 
 
 def read_audio(path: str, sampling_rate: int) -> np.ndarray:
@@ -329,9 +340,10 @@ def media_kwargs(processor, case: Case) -> dict[str, list]:
     if case.num_images:
         kwargs["images"] = case.images
     if case.num_videos:
-        kwargs["videos"] = case.videos
+        videos = case.videos_with_metadata()
+        kwargs["videos"] = [frames for frames, _ in videos]
         if needs_video_metadata(processor, case.mm_processor_kwargs):
-            kwargs["video_metadata"] = [video_metadata(len(v)) for v in kwargs["videos"]]
+            kwargs["video_metadata"] = [metadata for _, metadata in videos]
     if case.num_audios:
         kwargs["audio"] = case.audios(audio_sampling_rate(processor))
     return kwargs
@@ -457,9 +469,10 @@ def vllm_request(processor, case: Case) -> dict:
     if case.num_images:
         mm["image"] = case.images if case.num_images > 1 else case.images[0]
     if case.num_videos:
-        videos = case.videos
+        pairs = case.videos_with_metadata()
+        videos = [frames for frames, _ in pairs]
         if needs_video_metadata(processor, case.mm_processor_kwargs):
-            videos = [(v, {**video_metadata(len(v)), "do_sample_frames": True}) for v in videos]
+            videos = [(frames, {**metadata, "do_sample_frames": True}) for frames, metadata in pairs]
         mm["video"] = videos if case.num_videos > 1 else videos[0]
     if case.num_audios:
         rate = audio_sampling_rate(processor)
