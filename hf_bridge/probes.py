@@ -169,10 +169,11 @@ def without_asked_metadata(output: Any, kwargs: Mapping[str, object]) -> Any:
 
 def video_metadata(num_frames: int, fps: float = VIDEO_FPS) -> dict[str, Any]:
     """A video's metadata as vLLM's loader reports it for every frame of a video of
-    `fps` frames a second (a blank or test video claims `VIDEO_FPS`)."""
+    `fps` frames a second (a blank or test video claims `VIDEO_FPS`; a file whose rate
+    OpenCV cannot read, 0, lasts 0 s there too)."""
     return {
         "fps": fps,
-        "duration": num_frames / fps,
+        "duration": num_frames / fps if fps > 0 else 0.0,
         "total_num_frames": num_frames,
         "frames_indices": list(range(num_frames)),
         "video_backend": "opencv",

@@ -139,12 +139,12 @@ class Case:
 
 
 def read_image(path: str):
-    """An image file as vLLM decodes it (`ImageMediaIO`, which serves `image_url`s):
-    turned as its EXIF orientation says, transparency laid over white, RGB. Both sides
-    get these pixels. A plain `Image.open(path).convert("RGB")` kept the orientation tag,
-    which vLLM applies to a PIL image and transformers does not: a phone photo reached
-    the two sides turned differently. It also drops transparency where vLLM lays it over
-    white, as transformers' own `load_image` does: served, such an image is vLLM's."""
+    """An image file as vLLM's server decodes an `image_url` (`ImageMediaIO`): turned as
+    its EXIF orientation says, transparency laid over white, RGB; both sides get these
+    pixels. `Image.open(path).convert("RGB")` had kept the orientation tag, which vLLM's
+    parser applies to a PIL image and transformers' processors do not, so a phone photo
+    reached the two sides turned differently; and it drops transparency (as transformers'
+    `load_image` does), where a served image has it laid over white."""
     from PIL import Image, ImageOps
 
     image = ImageOps.exif_transpose(Image.open(path))
@@ -174,8 +174,6 @@ def read_video(path: str) -> tuple[np.ndarray, dict[str, Any]]:
     capture.release()
     if not frames:
         raise ValueError(f"{path}: OpenCV read no frames (not a video, or a codec it lacks)")
-    if not fps > 0:
-        raise ValueError(f"{path}: OpenCV read no frame rate from the file, which a processor sampling frames by time needs")
     return np.stack(frames), video_metadata(len(frames), fps)
 
 
