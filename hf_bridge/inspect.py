@@ -8,6 +8,7 @@ what the engine does.
 
     import hf_bridge
     hf_bridge.inspect(model_dir, prompt, images=[image])   # shows itself in a notebook
+    hf_bridge.inspect(model_dir, prompt, images=["photo.jpg"], videos=["clip.mp4"])  # files
 """
 
 from __future__ import annotations
@@ -150,14 +151,27 @@ def inspect(
 ) -> Inspection:
     """What hf_bridge makes of `prompt` and its items, for a checkpoint directory (only its
     config and processor files are read: no weights, no engine; `trust_remote_code` runs
-    a checkpoint's own code, as vLLM's flag does) or a processor from `build_processor`."""
+    a checkpoint's own code, as vLLM's flag does) or a processor from `build_processor`.
+    An item may be a file's path, read as vLLM's server decodes the file (`media_files`)."""
     processor = (
         build_processor(model_or_processor, trust_remote_code=trust_remote_code)
         if isinstance(model_or_processor, (str, Path))
         else model_or_processor
     )
-    mm_data = {m: items for m, items in (("image", images), ("video", videos), ("audio", audios)) if items}
+    given = {"image": images, "video": videos, "audio": audios}
+    mm_data = {modality: [_read_if_path(modality, item) for item in items] for modality, items in given.items() if items}
     return Inspection.of(processor, inspect_prompt(processor, prompt, mm_data, mm_processor_kwargs))
+
+
+def _read_if_path(modality: str, item: Any) -> Any:
+    """`item`, or the file it names read as vLLM's server reads it: an image, a video's
+    frames and metadata, an audio clip and its rate (vLLM's parser resamples it)."""
+    if not isinstance(item, (str, Path)):
+        return item
+    from . import media_files
+
+    readers = {"image": media_files.read_image, "video": media_files.read_video, "audio": media_files.audio_samples}
+    return readers[modality](str(Path(item).expanduser()))
 
 
 def inspect_prompt(

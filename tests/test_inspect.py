@@ -106,3 +106,45 @@ def test_inspection_of_a_prompt_without_media_shows_the_processors_own_tokens(zo
     assert result.view.prompt_ids == [*tokenizer.encode(text), tokenizer.sep_token_id]
     assert result.tokens[-1] == tokenizer.sep_token
     assert result.items == []
+
+
+def test_inspection_reads_files_as_the_server_decodes_them(zoo, generic, tmp_path):
+    """An item given as a file's path is what vLLM's server makes of that file: a photo
+    turned by its EXIF orientation, a video's every frame with the file's 30 fps, a clip
+    at its own rate for vLLM to resample. Each gives what the decoded item gives."""
+    import cv2
+    import numpy as np
+    import torch
+    from scipy.io import wavfile
+
+    from hf_bridge import media_files
+
+    photo = parity.test_image(120, 60, seed=5)
+    exif = photo.getexif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
+    photo.save(tmp_path / "portrait.jpg", exif=exif, quality=95)
+    writer = cv2.VideoWriter(str(tmp_path / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 30, (112, 112))
+    for i in range(6):
+        writer.write(np.asarray(parity.test_image(112, 112, seed=10 + i))[:, :, ::-1])
+    writer.release()
+    wavfile.write(tmp_path / "clip.wav", 22050, parity.test_audio(seconds=0.5, sampling_rate=22050))
+
+    def same(by_path, by_item):
+        assert by_path.view.prompt_ids == by_item.view.prompt_ids
+        for a, b in zip(by_path.items, by_item.items, strict=True):
+            assert (a.offset, a.length) == (b.offset, b.length) and a.data.keys() == b.data.keys()
+            assert all(torch.equal(a.data[key], b.data[key]) for key in a.data)
+
+    qwen2_vl = hf_bridge.inspect.build_processor(zoo("qwen2_vl"))
+    prompt = "<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|video_pad|><|vision_end|>What is it?"
+    by_path = hf_bridge.inspect(qwen2_vl, prompt, images=[tmp_path / "portrait.jpg"], videos=[str(tmp_path / "clip.mp4")])
+    turned = media_files.read_image(str(tmp_path / "portrait.jpg"))
+    assert turned.size == (60, 120)
+    same(by_path, hf_bridge.inspect(qwen2_vl, prompt, images=[turned], videos=[media_files.read_video(str(tmp_path / "clip.mp4"))]))
+    assert by_path.items[0].data["image.image_grid_thw"].tolist() == [[1, 8, 4]]  # 60 wide, 120 high: turned
+
+    qwen2_audio = hf_bridge.inspect.build_processor(generic("qwen2_audio"))
+    prompt = "<|audio_bos|><|AUDIO|><|audio_eos|>What is it?"
+    by_path = hf_bridge.inspect(qwen2_audio, prompt, audios=[tmp_path / "clip.wav"])
+    same(by_path, hf_bridge.inspect(qwen2_audio, prompt, audios=[media_files.audio_samples(str(tmp_path / "clip.wav"))]))
+    assert by_path.items[0].num_embeds == 12  # 0.5 s at 25 a second: resampled to 16 kHz (unresampled, 17)

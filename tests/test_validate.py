@@ -483,7 +483,7 @@ def test_user_images_are_read_as_vllm_decodes_them(tmp_path):
     from vllm.multimodal.image import convert_image_mode, normalize_image
     from vllm.multimodal.media.image import ImageMediaIO
 
-    from hf_bridge.validate.parity import read_image
+    from hf_bridge.media_files import read_image
 
     names = _write_photo_and_transparent_images(tmp_path)
     for name in names:
@@ -506,13 +506,14 @@ def test_a_user_video_is_read_with_its_own_frame_rate_as_vllm_reads_it(zoo, tmp_
     from vllm.multimodal.media.image import ImageMediaIO
     from vllm.multimodal.media.video import VideoMediaIO
 
+    from hf_bridge import media_files
     from hf_bridge.validate import command, parity
 
     writer = cv2.VideoWriter(str(tmp_path / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 30, (112, 112))
     for i in range(45):
         writer.write(np.asarray(parity.test_image(112, 112, seed=10 + i))[:, :, ::-1])
     writer.release()
-    frames, metadata = parity.read_video(str(tmp_path / "clip.mp4"))
+    frames, metadata = media_files.read_video(str(tmp_path / "clip.mp4"))
     vllms_frames, vllms_metadata = VideoMediaIO(ImageMediaIO(), num_frames=-1).load_file(Path(tmp_path / "clip.mp4")).media
     assert np.array_equal(frames, vllms_frames)
     assert metadata == {k: v for k, v in vllms_metadata.items() if k != "do_sample_frames"}

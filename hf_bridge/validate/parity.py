@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..media_scale import pcm_as_unit_floats
+from ..media_files import audio_samples, read_audio, read_image, read_video
 from ..probes import (
     DEFAULT_SAMPLING_RATE,
     MODALITIES,
@@ -84,7 +84,7 @@ class Case:
         digest = hashlib.sha256(b"".join(Path(p).read_bytes() for p in paths)).hexdigest()[:16]
         image_files, video_files, audio_files = resolved
         for path in audio_files:  # refused now, not in a worker minutes later
-            _audio_samples(path)
+            audio_samples(path)
         return cls(
             name, num_images=len(images), num_videos=len(videos), num_audios=len(audios), text=text,
             image_files=image_files, video_files=video_files, audio_files=audio_files, media_digest=digest,
@@ -136,89 +136,6 @@ class Case:
             if not fields[name]:  # keys of cases without them read as before they existed
                 del fields[name]
         return json.dumps(fields, sort_keys=True)
-
-
-def read_image(path: str):
-    """An image file as vLLM's server decodes an `image_url` (`ImageMediaIO`): turned as
-    its EXIF orientation says, transparency laid over white, RGB; both sides get these
-    pixels. `Image.open(path).convert("RGB")` had kept the orientation tag, which vLLM's
-    parser applies to a PIL image and transformers' processors do not, so a phone photo
-    reached the two sides turned differently; and it drops transparency (as transformers'
-    `load_image` does), where a served image has it laid over white."""
-    from PIL import Image, ImageOps
-
-    image = ImageOps.exif_transpose(Image.open(path))
-    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
-        rgba = image.convert("RGBA")
-        image = Image.new("RGB", rgba.size, (255, 255, 255))
-        image.paste(rgba, mask=rgba.getchannel("A"))
-    return image.convert("RGB")
-
-
-def read_video(path: str) -> tuple[np.ndarray, dict[str, Any]]:
-    """Every frame of a video file, RGB, as (frames, height, width, 3) uint8, and its
-    metadata, as vLLM's OpenCV loader gives them with `num_frames=-1` (every frame; its
-    default of 32 leaves a processor that samples frames nothing to sample). The frame
-    rate is the file's: a processor sampling by time (Qwen3-VL's 2 a second) had read a
-    30 fps clip as 15 times longer, and sampled it so on both sides."""
-    import cv2
-
-    capture = cv2.VideoCapture(path)
-    fps = capture.get(cv2.CAP_PROP_FPS)
-    frames = []
-    while True:
-        ok, frame = capture.read()
-        if not ok:
-            break
-        frames.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
-    capture.release()
-    if not frames:
-        raise ValueError(f"{path}: OpenCV read no frames (not a video, or a codec it lacks)")
-    return np.stack(frames), video_metadata(len(frames), fps)
-
-
-def read_audio(path: str, sampling_rate: int) -> np.ndarray:
-    """An audio file as float32 mono samples at `sampling_rate`: channels averaged and
-    resampled with scipy's polyphase filter, as vLLM reads and resamples a clip where
-    torchaudio is missing."""
-    from math import gcd
-
-    from scipy import signal
-
-    samples, file_rate = _audio_samples(path)
-    if samples.ndim == 2:  # (frames, channels)
-        samples = samples.mean(axis=1)
-    if file_rate != sampling_rate:
-        common = gcd(file_rate, sampling_rate)
-        samples = signal.resample_poly(samples, sampling_rate // common, file_rate // common)
-    return samples.astype(np.float32)
-
-
-def _audio_samples(path: str) -> tuple[np.ndarray, int]:
-    """The file's samples as float64 in [-1, 1], and its rate: WAV through scipy, other
-    formats through soundfile where it is installed. Raises ValueError naming the fix."""
-    if Path(path).suffix.lower() == ".wav":
-        from scipy.io import wavfile
-
-        try:
-            file_rate, samples = wavfile.read(path)
-        except ValueError as error:  # scipy's message does not name the file
-            raise ValueError(f"{path}: not a WAV file scipy reads ({error})") from None
-        if samples.dtype.kind in "iu":
-            samples = pcm_as_unit_floats(samples)
-    else:
-        try:
-            import soundfile
-        except ImportError:
-            raise ValueError(f"{path}: only WAV files are read without soundfile; convert it to WAV "
-                             "(e.g. ffmpeg -i IN -ar 16000 OUT.wav) or pip install soundfile") from None
-        try:
-            samples, file_rate = soundfile.read(path, always_2d=False)
-        except RuntimeError as error:  # soundfile's LibsndfileError
-            raise ValueError(f"{path}: not an audio file soundfile reads ({error})") from None
-    if np.asarray(samples).size == 0:
-        raise ValueError(f"{path}: the file holds no audio samples")
-    return np.asarray(samples, dtype=np.float64), int(file_rate)
 
 
 def test_image(width: int, height: int, seed: int):
