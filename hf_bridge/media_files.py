@@ -22,9 +22,13 @@ def read_image(path: str):
     parser applies to a PIL image and transformers' processors do not, so a phone photo
     reached the two sides turned differently; and it drops transparency (as transformers'
     `load_image` does), where a served image has it laid over white."""
-    from PIL import Image, ImageOps
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
-    image = ImageOps.exif_transpose(Image.open(path))
+    try:
+        image = ImageOps.exif_transpose(Image.open(path))
+        image.load()
+    except (UnidentifiedImageError, OSError) as error:  # a damaged file raises OSError on reading its pixels
+        raise ValueError(f"{path}: not an image file PIL reads ({error})") from None
     if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
         rgba = image.convert("RGBA")
         image = Image.new("RGB", rgba.size, (255, 255, 255))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import re
@@ -301,15 +302,24 @@ def test_user_cases_from_files_and_jsonl(zoo, tmp_path):
         ({"name": "x", "audios": ["noise.wav"]}, "noise.wav: not a WAV file scipy reads (File format b'nois' not understood"),
         ({"name": "x", "audios": ["talk.mp3"]}, "talk.mp3: only WAV files are read without soundfile; convert it to WAV"),
         ({"name": "x", "audios": ["talk.ogg"]}, "talk.ogg: not an audio file soundfile reads (Error opening"),
+        ({"name": "x", "images": ["noise.png"]}, "noise.png: not an image file PIL reads (cannot identify image file"),
+        ({"name": "x", "images": ["cut.png"]}, "cut.png: not an image file PIL reads (image file is truncated)"),
+        ({"name": "x", "videos": ["noise.mp4"]}, "noise.mp4: OpenCV read no frames (not a video, or a codec it lacks)"),
         ({"name": "x", "mm_processor_kwargs": ["size"]}, "cases.jsonl:1: mm_processor_kwargs must be a JSON object of the processor's keyword arguments"),
     ],
 )
 def test_bad_user_cases_are_refused_with_their_line(tmp_path, monkeypatch, line, message):
     from hf_bridge.validate import command
+    from hf_bridge.validate.parity import test_image
 
     (tmp_path / "noise.wav").write_bytes(b"noise, not RIFF")
     (tmp_path / "talk.mp3").write_bytes(b"ID3")
     (tmp_path / "talk.ogg").write_bytes(b"OggS, cut short")
+    (tmp_path / "noise.png").write_bytes(b"noise, not PNG")
+    (tmp_path / "noise.mp4").write_bytes(b"noise, not MP4")
+    whole = io.BytesIO()
+    test_image(64, 64, seed=1).save(whole, format="PNG")
+    (tmp_path / "cut.png").write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
     if line.get("audios") == ["talk.mp3"]:
         monkeypatch.setitem(sys.modules, "soundfile", None)  # a machine without it
     (tmp_path / "cases.jsonl").write_text(json.dumps(line) + "\n")

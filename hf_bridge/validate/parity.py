@@ -83,8 +83,9 @@ class Case:
             raise FileNotFoundError(f"no such media file: {', '.join(missing)}")
         digest = hashlib.sha256(b"".join(Path(p).read_bytes() for p in paths)).hexdigest()[:16]
         image_files, video_files, audio_files = resolved
-        for path in audio_files:  # refused now, not in a worker minutes later
-            audio_samples(path)
+        for read, files in ((read_image, image_files), (read_video, video_files), (audio_samples, audio_files)):
+            for path in files:  # refused now, not in a worker minutes later
+                read(path)
         return cls(
             name, num_images=len(images), num_videos=len(videos), num_audios=len(audios), text=text,
             image_files=image_files, video_files=video_files, audio_files=audio_files, media_digest=digest,
