@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hf_bridge
+from helpers.media_file_writers import write_clip, write_turned_photo
 from hf_bridge.display import EMBED, KIND_COLOURS, PADDING, TEXT, ItemSummary, as_html, as_text, position_kinds, runs
 from hf_bridge.validate import parity
 from hf_bridge.zoo import SPECS
@@ -112,21 +113,13 @@ def test_inspection_reads_files_as_the_server_decodes_them(zoo, generic, tmp_pat
     """An item given as a file's path is what vLLM's server makes of that file: a photo
     turned by its EXIF orientation, a video's every frame with the file's 30 fps, a clip
     at its own rate for vLLM to resample. Each gives what the decoded item gives."""
-    import cv2
-    import numpy as np
     import torch
     from scipy.io import wavfile
 
     from hf_bridge import media_files
 
-    photo = parity.test_image(120, 60, seed=5)
-    exif = photo.getexif()
-    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
-    photo.save(tmp_path / "portrait.jpg", exif=exif, quality=95)
-    writer = cv2.VideoWriter(str(tmp_path / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 30, (112, 112))
-    for i in range(6):
-        writer.write(np.asarray(parity.test_image(112, 112, seed=10 + i))[:, :, ::-1])
-    writer.release()
+    write_turned_photo(tmp_path / "portrait.jpg")
+    write_clip(tmp_path / "clip.mp4", fps=30, num_frames=6)
     wavfile.write(tmp_path / "clip.wav", 22050, parity.test_audio(seconds=0.5, sampling_rate=22050))
 
     def same(by_path, by_item):

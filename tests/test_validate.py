@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers.media_file_writers import write_clip, write_turned_photo
 from helpers.scripts import load_script
 from hf_bridge.validate import stages
 from hf_bridge.validate.parity import ROUNDING_BUDGET
@@ -255,17 +256,11 @@ def test_report_shows_itself_as_text_and_html():
 
 def _write_media(directory):
     """Two images of different sizes and a 4-frame video, as files a user would have."""
-    import cv2
-    import numpy as np
-
     from hf_bridge.validate.parity import test_image
 
     test_image(90, 60, seed=3).save(directory / "wide.png")
     test_image(50, 80, seed=4).save(directory / "tall.jpg", quality=95)
-    writer = cv2.VideoWriter(str(directory / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 2, (112, 112))
-    for i in range(4):
-        writer.write(np.asarray(test_image(112, 112, seed=10 + i))[:, :, ::-1])
-    writer.release()
+    write_clip(directory / "clip.mp4", fps=2, num_frames=4)
 
 
 def test_user_cases_from_files_and_jsonl(zoo, tmp_path):
@@ -470,10 +465,7 @@ def _write_photo_and_transparent_images(directory):
 
     from hf_bridge.validate.parity import test_image
 
-    photo = test_image(120, 60, seed=5)
-    exif = photo.getexif()
-    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to display
-    photo.save(directory / "portrait.jpg", exif=exif, quality=95)
+    write_turned_photo(directory / "portrait.jpg")
     pixels = np.asarray(test_image(70, 50, seed=6).convert("RGBA")).copy()
     pixels[..., 3] = np.random.default_rng(6).integers(0, 256, (50, 70))
     pixels[0, 0, 3] = 0
@@ -511,7 +503,6 @@ def test_a_user_video_is_read_with_its_own_frame_rate_as_vllm_reads_it(zoo, tmp_
     validate had claimed 2 for every file and so read a 1.5 s clip as 22.5 s."""
     from pathlib import Path
 
-    import cv2
     import numpy as np
     from vllm.multimodal.media.image import ImageMediaIO
     from vllm.multimodal.media.video import VideoMediaIO
@@ -519,10 +510,7 @@ def test_a_user_video_is_read_with_its_own_frame_rate_as_vllm_reads_it(zoo, tmp_
     from hf_bridge import media_files
     from hf_bridge.validate import command, parity
 
-    writer = cv2.VideoWriter(str(tmp_path / "clip.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 30, (112, 112))
-    for i in range(45):
-        writer.write(np.asarray(parity.test_image(112, 112, seed=10 + i))[:, :, ::-1])
-    writer.release()
+    write_clip(tmp_path / "clip.mp4", fps=30, num_frames=45)
     frames, metadata = media_files.read_video(str(tmp_path / "clip.mp4"))
     vllms_frames, vllms_metadata = VideoMediaIO(ImageMediaIO(), num_frames=-1).load_file(Path(tmp_path / "clip.mp4")).media
     assert np.array_equal(frames, vllms_frames)
