@@ -6,6 +6,7 @@ side of a check runs in an interpreter vLLM has not touched (`clean_interpreter.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,23 @@ def read_image(path: str):
     parser applies to a PIL image and transformers' processors do not, so a phone photo
     reached the two sides turned differently; and it drops transparency (as transformers'
     `load_image` does), where a served image has it laid over white."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError
 
     try:
-        image = ImageOps.exif_transpose(Image.open(path))
+        image = Image.open(path)
         image.load()
     except (UnidentifiedImageError, OSError) as error:  # a damaged file raises OSError on reading its pixels
         raise ValueError(f"{path}: not an image file PIL reads ({error})") from None
+    return served_image(image)
+
+
+def served_image(image):
+    """A PIL image as vLLM serves it, from a file or handed to `LLM.generate`: turned as its
+    EXIF orientation says, transparency laid over white, RGB."""
+    from PIL import Image, ImageOps
+
+    with contextlib.suppress(Exception):  # a damaged EXIF block leaves the image as it is, as vLLM's parser leaves it
+        image = ImageOps.exif_transpose(image)
     if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
         rgba = image.convert("RGBA")
         image = Image.new("RGB", rgba.size, (255, 255, 255))

@@ -541,6 +541,83 @@ def test_validate_checks_a_turned_photo_and_transparent_images_as_served(zoo, tm
     assert _outcomes(report) == {("hf_bridge", "user", stage): PASS for stage in ("processing", "decoding")}
 
 
+def test_media_held_in_memory_are_written_as_vllm_parses_them(tmp_path, monkeypatch):
+    """A notebook's items (`run(images=[Image.open(...)])`): each file holds the item as
+    vLLM's parser hands it to the HF processor, is named by its content (a rerun finds its
+    references cached), and what is not an item is refused naming the fix."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from vllm.multimodal.image import convert_image_mode, normalize_image
+
+    from hf_bridge.probes import video_metadata
+    from hf_bridge.validate import media_in_memory
+    from hf_bridge.validate.parity import Case
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    names = _write_photo_and_transparent_images(tmp_path)
+    held = [Image.open(tmp_path / name) for name in names]  # the photo still carries its orientation tag
+    pixels = np.asarray(held[1])[..., :3].copy()
+    frames = [Image.fromarray(np.full((16, 24, 3), i * 40, np.uint8)) for i in range(3)]
+    metadata = {"fps": 3.0, "duration": 1.0, "total_num_frames": np.int64(3), "frames_indices": np.arange(3)}
+    clip = np.sin(np.arange(800) / 7).astype(np.float64) / 2
+    images, videos, audios = media_in_memory.as_files(
+        [*held, pixels, str(tmp_path / "logo.png")], [frames, (np.stack(frames), metadata)], [(clip, 8000), clip], lambda: 4000)
+    case = Case.from_files("user", "What is it?", images, videos, audios)
+    for got, item in zip(case.images, held):
+        parsed = convert_image_mode(normalize_image(item), "RGB")  # what vLLM's parser does to a PIL image
+        assert got.mode == "RGB" and np.array_equal(np.asarray(got), np.asarray(parsed))
+    assert case.images[0].size == (60, 120)
+    assert np.array_equal(np.asarray(case.images[len(held)]), pixels) and images[-1] == str(tmp_path / "logo.png")
+    (frames_0, metadata_0), (frames_1, metadata_1) = case.videos_with_metadata()
+    assert np.array_equal(frames_0, np.array(frames)) and np.array_equal(frames_1, np.array(frames))
+    assert metadata_0 == video_metadata(3) and metadata_1 == {**metadata, "total_num_frames": 3, "frames_indices": [0, 1, 2]}
+    assert audios[0] != audios[1]  # the same samples at two rates
+    assert np.array_equal(case.audios(8000)[0], clip.astype(np.float32))
+    assert np.array_equal(Case.from_files("user", "", audios=audios[1:]).audios(4000)[0], clip.astype(np.float32))
+    assert media_in_memory.as_files(held[0]) == (images[:1], [], []) and media_in_memory.as_files(pixels)[0] == [images[len(held)]]
+    assert media_in_memory.as_files(videos=(np.stack(frames), metadata))[1] == videos[1:]
+
+    refusals = [
+        ({"images": [torch.zeros(16, 16, 3)]}, "image 0 is a torch Tensor of shape (16, 16, 3) and dtype torch.float32; "
+         "give a file's path, a PIL image or a uint8 (height, width, 3) array of RGB pixels (a torch tensor of 3 dimensions is an image's embeddings to vLLM)"),
+        ({"images": [np.zeros((3, 16, 16), np.uint8)]}, "image 0 is a numpy ndarray of shape (3, 16, 16) and dtype uint8"),
+        ({"videos": [np.zeros((2, 8, 8, 3))]}, "video 0 has frames a numpy ndarray of shape (2, 8, 8, 3) and dtype float64; give a file's path, "
+         "a uint8 (frames, height, width, 3) array"),
+        ({"audios": [(np.zeros((80, 2)), 8000)]}, "audio 0 has samples a numpy ndarray of shape (80, 2) and dtype float64; "
+         "give a file's path, or 1-D float samples in [-1, 1] (average the channels first)"),
+        ({"audios": [(clip, 8000.0)]}, "audio 0's sampling rate is 8000.0; give (samples, sampling_rate), the rate in Hz as an int"),
+        ({"audios": [np.zeros(80, np.int16)]}, "audio 0 has samples a numpy ndarray of shape (80,) and dtype int16"),
+        ({"videos": frames[0]}, "video 0 has frames a Image; give a file's path"),
+    ]
+    for given, message in refusals:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            media_in_memory.as_files(**given, sampling_rate=lambda: 16000)
+
+
+@pytest.mark.engine
+def test_validate_runs_items_a_notebook_holds(zoo, tmp_path, monkeypatch):
+    """`run(...)` with a PIL image opened from a phone photo (its orientation tag unapplied,
+    as vLLM's parser applies it), a transparent one, and a video's frames with their
+    metadata: every stage passes on Qwen2-VL, and bad items end the run naming the fix."""
+    import numpy as np
+    from PIL import Image
+
+    from hf_bridge.validate.command import run
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    names = _write_photo_and_transparent_images(tmp_path)
+    write_clip(tmp_path / "clip.mp4", fps=30, num_frames=6)
+    from hf_bridge.media_files import read_video
+
+    frames, metadata = read_video(str(tmp_path / "clip.mp4"))
+    report = run(zoo("qwen2_vl"), prompt="What happens?", images=[Image.open(tmp_path / n) for n in names[:2]],
+                 videos=[(list(frames), metadata)], stage_names=("processing", "decoding"))
+    assert {(v.case, v.stage): v.outcome for v in report.verdicts} == {("user", "processing"): PASS, ("user", "decoding"): PASS}, report
+    with pytest.raises(SystemExit, match=re.escape("hf-bridge validate: image 0 is a numpy ndarray of shape (2, 2)")):
+        run(zoo("qwen2_vl"), images=np.zeros((2, 2), np.uint8))
+
+
 @pytest.mark.engine
 def test_exact_reference_measures_both_sides_against_float64(zoo, tmp_path):
     """`--exact-reference`: the decoding verdict says how far transformers' float32 result

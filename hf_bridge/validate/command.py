@@ -404,14 +404,14 @@ def run(
     stage_names: Sequence[str] = stages.STAGES,
     case_names: Sequence[str] | None = None,
     prompt: str | None = None,
-    images: Sequence[str] = (),
-    videos: Sequence[str] = (),
+    images: Any = (),
+    videos: Any = (),
     cases_file: str | Path | None = None,
     lenient: bool = False,
     exact_reference: bool = False,
     mm_processor_kwargs: dict[str, Any] | None = None,
     trust_remote_code: bool = False,
-    audios: Sequence[str] = (),
+    audios: Any = (),
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
@@ -421,8 +421,13 @@ def run(
     `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
     `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
     flag of that name does; `audios` are audio files of the user's case, beside `images`
-    and `videos`."""
+    and `videos`. Each of the user's items may be a file's path or, as `LLM.generate` takes
+    it, held in memory: a PIL image or a uint8 (height, width, 3) array; a video's frames,
+    or (frames, metadata); audio samples, or (samples, sampling_rate)
+    (`media_in_memory`)."""
+    from ..probes import audio_sampling_rate
     from ..progress import progress
+    from . import media_in_memory
     from .checkpoint import checkpoint_dir
 
     model_dir = str(checkpoint_dir(model, "hf-bridge validate"))
@@ -432,6 +437,10 @@ def run(
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
     with remote_code_trusted(trust_remote_code), tempfile.TemporaryDirectory() as scratch:
         refuse_untrusted_code(model_dir, "hf-bridge validate")
+        try:
+            images, videos, audios = media_in_memory.as_files(images, videos, audios, lambda: audio_sampling_rate(load_processor(model_dir)))
+        except ValueError as error:
+            raise SystemExit(f"hf-bridge validate: {error}") from None
         cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios)
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
         scratch = Path(scratch)

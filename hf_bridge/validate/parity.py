@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..media_files import audio_samples, read_audio, read_image, read_video
+from ..media_files import audio_samples, read_audio, read_image
 from ..probes import (
     DEFAULT_SAMPLING_RATE,
     MODALITIES,
@@ -30,6 +30,7 @@ from ..probes import (
     without_asked_metadata,
 )
 from .checkpoint import processor_as_vllm_loads
+from .media_in_memory import read_video_file
 
 ATOL = 1e-3
 """Float32 log-prob tolerance: kernels differ (paged vs SDPA attention), the model doesn't."""
@@ -83,7 +84,7 @@ class Case:
             raise FileNotFoundError(f"no such media file: {', '.join(missing)}")
         digest = hashlib.sha256(b"".join(Path(p).read_bytes() for p in paths)).hexdigest()[:16]
         image_files, video_files, audio_files = resolved
-        for read, files in ((read_image, image_files), (read_video, video_files), (audio_samples, audio_files)):
+        for read, files in ((read_image, image_files), (read_video_file, video_files), (audio_samples, audio_files)):
             for path in files:  # refused now, not in a worker minutes later
                 read(path)
         return cls(
@@ -106,7 +107,7 @@ class Case:
         """Each video's frames and its metadata (a file's own frame rate), for a processor
         that samples frames: both sides get the same."""
         if self.video_files:
-            return [read_video(path) for path in self.video_files]
+            return [read_video_file(path) for path in self.video_files]
         return [(video, video_metadata(len(video))) for video in (test_video(seed=7 + i) for i in range(self.num_videos))]
 
     def audios(self, sampling_rate: int) -> list[np.ndarray]:
