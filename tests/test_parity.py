@@ -138,19 +138,46 @@ Idefics3's tiles: the paths a dtype could break."""
 @pytest.mark.parametrize("arch,case", BFLOAT16_CASES, ids=[f"{a}-{c}" for a, c in BFLOAT16_CASES])
 def test_bfloat16_engine_against_transformers_in_bfloat16(arch, case, zoo, engines):
     """vLLM casts most checkpoints to bfloat16, where log-probs 1e-3 apart are out of
-    reach; there the engine is judged by vLLM's own tests' rule (`compare_lenient`:
-    identical prompt ids, greedy tokens identical up to a near-tie) against transformers
-    in bfloat16."""
+    reach; there the engine is judged against transformers in bfloat16 by
+    `compare_bfloat16`: identical prompt ids, greedy tokens identical up to a near-tie
+    (vLLM's own tests' rule), and log-probs within 3 times transformers' own bfloat16
+    rounding (its distance from its float32 result)."""
     from transformers import AutoProcessor
 
     model_dir = zoo(arch)
     the_case = parity.standard_cases(64)[case]
     (reference,) = references(model_dir, [the_case], dtype="bfloat16")
+    (float32,) = references(model_dir, [the_case])
     llm = engines.get(model_dir, dtype="bfloat16", limit_mm_per_prompt=limits(arch))
     request = parity.vllm_request(AutoProcessor.from_pretrained(model_dir), the_case)
     (out,) = llm.generate([request], parity.sampling_params(), use_tqdm=False)
-    problems, found = parity.compare_lenient(reference, parity.result_from_output(out))
+    problems, found = parity.compare_bfloat16(reference, float32, parity.result_from_output(out))
     assert problems == [], f"{problems}; {found}"
+
+
+def test_bfloat16_rule_judges_log_probs_by_the_references_own_rounding():
+    """The top-5 rule alone passes an engine whose greedy tokens all agree however far its
+    log-probs are (the in-tree backend's Aya Vision scales its logits: 5.65 apart in
+    bfloat16, every token the same); the bfloat16 rule does not, and its scale is the
+    reference's own rounding, with a floor."""
+    def result(shift, tokens=(5, 6, 7), prompt=(-1.0, -2.0)):
+        return parity.Result([1, 2, 3], list(tokens), [-0.5 + shift] * 3, [p + shift for p in prompt],
+                             [[(t, -0.5), (9, -0.9)] for t in tokens])
+
+    reference, float32 = result(0.0), result(0.05)
+    assert parity.compare_lenient(reference, result(5.65))[0] == []
+    problems, _ = parity.compare_bfloat16(reference, float32, result(5.65))
+    assert problems == ["log-probs differ by up to 5.65e+00 where compared (tolerance 1.50e-01, 3 x the reference's own rounding: "
+                        "transformers' bfloat16 log-probs are 5.00e-02 from its float32 ones)"]
+    assert parity.compare_bfloat16(reference, float32, result(0.149))[0] == []
+    assert parity.compare_bfloat16(reference, float32, result(0.151))[0] != []
+    assert parity.compare_bfloat16(reference, result(0.0), result(0.029))[0] == []  # the floor: 3 x 1e-2
+    assert parity.compare_bfloat16(reference, result(0.0), result(0.031))[0] != []
+    # past the first differing token, log-probs are another continuation's: a near-tie stops the comparison there
+    near_tie = parity.Result([1, 2, 3], [5, 9, 4], [-0.5, -0.9, -9.0], [-1.0, -2.0], [[(5, -0.5), (9, -0.9)], [(9, -0.9), (6, -0.95)], [(4, -9.0)]])
+    problems, found = parity.compare_bfloat16(reference, float32, near_tie)
+    assert problems == [] and "near-tie at generated position 1" in found
+    assert parity.compare_bfloat16(reference, float32, result(0.0, tokens=(5, 8, 7)))[0][0].startswith("tokens differ at generated position 1")
 
 
 @pytest.mark.engine

@@ -196,6 +196,38 @@ def test_validate_finds_the_in_tree_logit_scale_failure(zoo, tmp_path):
 
 
 @pytest.mark.engine
+def test_validate_in_bfloat16_finds_the_logit_scale_failure_the_top_5_rule_passes(zoo, tmp_path):
+    """`--dtype bfloat16`, as vLLM serves most checkpoints: the in-tree backend's Aya Vision
+    keeps every greedy token (a `logit_scale` does not move the argmax), so vLLM's top-5
+    rule alone passes it; its log-probs, 5.65 apart, are far beyond 3 times transformers'
+    own bfloat16 rounding, and hf_bridge's are within it."""
+    done, report = _validate(zoo("aya_vision"), tmp_path, "--impl", "all", "--cases", "one_image", "--dtype", "bfloat16")
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    verdicts = {(v["impl"], v["stage"]): v for v in report["verdicts"]}
+    assert verdicts["hf_bridge", "processing"]["outcome"] == verdicts["hf_bridge", "decoding"]["outcome"] == PASS
+    assert verdicts["hf_bridge", "decoding"]["detail"].startswith("in bfloat16, against transformers in bfloat16: max |log-prob difference|")
+    assert verdicts["intree", "decoding"]["outcome"] == FAIL
+    assert re.fullmatch(r"log-probs differ by up to 5\.\d\de\+00 where compared \(tolerance .*from its float32 ones\)",
+                        verdicts["intree", "decoding"]["detail"]), verdicts["intree", "decoding"]["detail"]
+    from hf_bridge.validate.command import ROWS_IN_FLOAT32_ONLY as encoder
+
+    assert (verdicts["hf_bridge", "encoder"]["outcome"], verdicts["hf_bridge", "encoder"]["detail"]) == (NOT_APPLICABLE, encoder)
+    assert PASS not in {v["outcome"] for (impl, _), v in verdicts.items() if impl == "native"}
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(lenient=True), "--lenient is a float32 rule, and --dtype bfloat16 has its own"),
+    (dict(exact_reference=True), "--exact-reference is a float32 rule, and --dtype bfloat16 has its own"),
+    (dict(dtype="float16"), "dtype 'float16' is not one validate checks; it checks float32, bfloat16"),
+])
+def test_a_bfloat16_check_refuses_float32_rules(zoo, options, message):
+    from hf_bridge.validate.command import run
+
+    with pytest.raises(SystemExit, match=re.escape(f"hf-bridge validate: {message}")):
+        run(zoo("llava"), **{"dtype": "bfloat16", **options})
+
+
+@pytest.mark.engine
 def test_validate_names_a_processor_that_announces_more_than_the_tower_gives(zoo, tmp_path):
     """LLaVA's processor told one more token per image than its CLIP tower returns: the
     processing stage names the counts, and nothing crashes (transformers' own forward

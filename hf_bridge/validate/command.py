@@ -13,6 +13,7 @@ the rest is reported as not checked, with the worker's error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -41,6 +42,8 @@ VERDICT_PREFIX = "VERDICT "
 VIEW_PREFIX = "VIEW "
 """A worker's line holding one case's prompt as its processor placed it (HTML)."""
 WORKER_TIMEOUT = 900
+DTYPES = ("float32", "bfloat16")
+"""The engine's and transformers' dtype: float32 for parity, bfloat16 as vLLM serves most checkpoints."""
 NO_MEDIA = "no media"
 """Why a stage does not apply to a case without items."""
 TEXT_ONLY_PROCESSING = f"{NO_MEDIA}: vLLM tokenizes the prompt without its multimodal processor (decoding compares the ids)"
@@ -136,6 +139,45 @@ def processor_kwargs_json(kwargs: object) -> str:
     return json.dumps(kwargs, sort_keys=True) if kwargs else ""
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodingCheck:
+    """How an engine runs and its decoding is judged: in `dtype`, against transformers in
+    the same dtype. In float32 by strict parity, or with `lenient` by vLLM's own tests'
+    rule, and with `exact_reference` also measured against transformers in float64; in
+    bfloat16, where 1e-3 is out of reach, by `parity.compare_bfloat16`, whose scale is
+    transformers' own bfloat16 rounding (its distance from its float32 result)."""
+
+    dtype: str = "float32"
+    lenient: bool = False
+    exact_reference: bool = False
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one validate checks; it checks {', '.join(DTYPES)}")
+        if self.dtype != "float32" and (self.exact_reference or self.lenient):
+            option = "--exact-reference" if self.exact_reference else "--lenient"
+            raise ValueError(f"{option} is a float32 rule, and --dtype {self.dtype} has its own (tokens by vLLM's top-5 rule, "
+                             "log-probs within 3 times transformers' own bfloat16 rounding); drop one of the two")
+
+    @property
+    def reference_dtypes(self) -> tuple[str, ...]:
+        """transformers' results it needs: its float32 one sets a bfloat16 check's scale."""
+        if self.dtype != "float32":
+            return (self.dtype, "float32")
+        return ("float32", "float64") if self.exact_reference else ("float32",)
+
+    @property
+    def compares_rows(self) -> bool:
+        """The encoder stage compares rows in float32 only (tolerance 1e-3 relative)."""
+        return self.dtype == "float32"
+
+    def key(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+ROWS_IN_FLOAT32_ONLY = "rows are compared in float32 only (1e-3 relative); run without --dtype to compare them"
+
+
 # -- in a worker process ------------------------------------------------------------------
 
 
@@ -221,20 +263,20 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
 
 
 def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, hf_processor,
-                 lenient: bool = False, exact_reference: bool = False) -> None:
-    """Each case through one engine: the rows its decoder received against transformers'
-    (encoder), and decoding: strict parity (prompt ids, greedy tokens, log-probs within
-    1e-3), or with `lenient` vLLM's own tests' rule (`parity.compare_lenient`); with
-    `exact_reference`, each decoding verdict also says how far both sides are from
-    transformers in float64 (`stages.rounding_diagnosis`)."""
+                 check: DecodingCheck = DecodingCheck()) -> None:
+    """Each case through one engine in `check.dtype`: the rows its decoder received against
+    transformers' (encoder, float32 only), and decoding: strict parity (prompt ids, greedy
+    tokens, log-probs within 1e-3), or, `check.lenient`, vLLM's own tests' rule
+    (`parity.compare_lenient`); with `check.exact_reference`, each decoding verdict also
+    says how far both sides are from transformers in float64 (`stages.rounding_diagnosis`)."""
     from . import parity
     from ..features import feature_token_ids
     from .encoder import RowCapture, feature_positions, load_rows
     from .engine import make_llm, shutdown
     from .reference import NotApplicable, neighbours_diagnosis, references
 
-    results = references(model_dir, cases)
-    exact = references(model_dir, cases, dtype="float64") if exact_reference else [None] * len(cases)
+    results = references(model_dir, cases, dtype=check.dtype)
+    beside = references(model_dir, cases, dtype=check.reference_dtypes[1]) if len(check.reference_dtypes) > 1 else [None] * len(cases)
     hf_rows, _, rows_alone = load_rows(encoder_rows) if encoder_rows is not None else ({}, {}, {})
     feature_ids = feature_token_ids(load_config(model_dir))
     limits: dict[str, int] = {}
@@ -246,15 +288,16 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
         llm = make_llm(
             model_dir,
             model_impl=IMPLS[impl][0],
+            dtype=check.dtype,
             limit_mm_per_prompt=limits,
             enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
         )
-        return llm, RowCapture(llm) if "encoder" in stage_names else None
+        return llm, RowCapture(llm) if "encoder" in stage_names and check.compares_rows else None
 
     llm, capture = start()
-    for case, reference, exact_result in zip(cases, results, exact):
+    for case, reference, other_result in zip(cases, results, beside):
         try:
-            got, raised = parity.vllm_result(llm, hf_processor, case), None
+            got, raised = parity.vllm_result(llm, hf_processor, case, check.dtype), None
         except Exception as error:  # noqa: BLE001 - the engine refused the request
             got, raised = None, f"vLLM raised {type(error).__name__}: {error}"
         if raised:  # an in-process engine that raised is not reused, and is freed before the next starts
@@ -266,25 +309,34 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             positions = feature_positions(got.prompt_ids, feature_ids) if got else []
             emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised, rows_alone.get(case.name),
                                   transformers_ran=not isinstance(reference, NotApplicable)))
+        elif "encoder" in stage_names:
+            emit(Verdict(impl, case.name, "encoder", NOT_APPLICABLE, ROWS_IN_FLOAT32_ONLY if case.media_counts else NO_MEDIA))
         if "decoding" in stage_names:
             if isinstance(reference, NotApplicable):
                 emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
                 continue
+            if check.dtype != "float32" and isinstance(other_result, NotApplicable):
+                emit(Verdict(impl, case.name, "decoding", NOT_CHECKED,
+                             f"transformers fails in float32 ({other_result.error}), which sets the {check.dtype} check's scale"))
+                continue
             if raised:
                 problems, found = [raised], ""
-            elif lenient:
+            elif check.dtype != "float32":
+                problems, found = parity.compare_bfloat16(reference, other_result, got)
+                found = f"in {check.dtype}, against transformers in {check.dtype}: {found}"
+            elif check.lenient:
                 problems, found = parity.compare_lenient(reference, got)
                 found = f"lenient rule: {found}"
             else:
                 problems, found = parity.compare(reference, got), ""
             detail = "; ".join(problems) or found
-            if problems and got is not None and not lenient:
+            if problems and got is not None and check.dtype == "float32" and not check.lenient:
                 detail = "; ".join(filter(None, [detail, neighbours_diagnosis(model_dir, case, got),
                                                  parity.placeholder_diagnosis(reference, hf_processor)]))
-            if isinstance(exact_result, NotApplicable):
-                detail += f"; not measured against float64: transformers fails in float64 ({exact_result.error})"
-            elif exact_result is not None and got is not None:
-                detail = "; ".join(filter(None, [detail, stages.rounding_diagnosis(reference, exact_result, got, bool(problems))]))
+            if check.exact_reference and isinstance(other_result, NotApplicable):
+                detail += f"; not measured against float64: transformers fails in float64 ({other_result.error})"
+            elif check.exact_reference and got is not None:
+                detail = "; ".join(filter(None, [detail, stages.rounding_diagnosis(reference, other_result, got, bool(problems))]))
             emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail))
 
 
@@ -308,8 +360,8 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_
     return Verdict(impl, case.name, "encoder", FAIL if problems else PASS, "; ".join(filter(None, problems)) or measured)
 
 
-def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None, lenient: bool = False,
-           exact_reference: bool = False) -> None:
+def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None,
+           check: DecodingCheck = DecodingCheck()) -> None:
     from .. import inspect as inspection
     from . import parity
 
@@ -325,7 +377,7 @@ def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[st
     if processor is not None:
         check_processing(impl, model_dir, cases, encoder_rows, hf_processor, processor)
     if "encoder" in stage_names or "decoding" in stage_names:
-        check_engine(impl, model_dir, cases, stage_names, encoder_rows, hf_processor, lenient, exact_reference)
+        check_engine(impl, model_dir, cases, stage_names, encoder_rows, hf_processor, check)
 
 
 # -- in the command's process -------------------------------------------------------------
@@ -336,14 +388,10 @@ class Worker:
     (transformers' side done, the worker before it finished) before checking anything."""
 
     def __init__(self, impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None,
-                 scratch: Path, lenient: bool = False, exact_reference: bool = False):
+                 scratch: Path, check: DecodingCheck = DecodingCheck()):
         self.impl, self.stage_names, self.case_names = impl, stage_names, [c.name for c in cases]
         command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
-                   "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases])]
-        if lenient:
-            command.append("--lenient")
-        if exact_reference:
-            command.append("--exact-reference")
+                   "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases]), "--check", check.key()]
         if encoder_rows is not None:
             command += ["--encoder-rows", str(encoder_rows)]
         # files, not pipes: nobody reads a worker's output while it waits for its release
@@ -412,12 +460,15 @@ def run(
     mm_processor_kwargs: dict[str, Any] | None = None,
     trust_remote_code: bool = False,
     audios: Any = (),
+    dtype: str = "float32",
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
     `selected_cases`; `lenient` judges decoding by vLLM's own tests' rule; `exact_reference`
     also runs transformers in float64 and says, per decoding verdict, how far each side is
-    from it; `mm_processor_kwargs` go to both processors in every case (as vLLM's
+    from it; `dtype="bfloat16"` runs the engine and transformers in bfloat16, as vLLM
+    serves most checkpoints, and judges decoding by `parity.compare_bfloat16` (the encoder
+    stage compares rows in float32 only); `mm_processor_kwargs` go to both processors in every case (as vLLM's
     `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
     `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
     flag of that name does; `audios` are audio files of the user's case, beside `images`
@@ -435,6 +486,10 @@ def run(
     unknown = [s for s in stage_names if s not in stages.STAGES]
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
+    try:
+        check = DecodingCheck(dtype, lenient, exact_reference)
+    except ValueError as error:
+        raise SystemExit(f"hf-bridge validate: {error}") from None
     with remote_code_trusted(trust_remote_code), tempfile.TemporaryDirectory() as scratch:
         refuse_untrusted_code(model_dir, "hf-bridge validate")
         try:
@@ -444,9 +499,9 @@ def run(
         cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios)
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
         scratch = Path(scratch)
-        wanted, rows = transformers_side_wanted(model_dir, cases, stage_names, exact_reference, scratch)
+        wanted, rows = transformers_side_wanted(model_dir, cases, stage_names, check, scratch)
         encoder_rows = rows.path if rows is not None else None
-        workers = [Worker(impls[0], model_dir, list(stage_names), cases, encoder_rows, scratch, lenient, exact_reference)]
+        workers = [Worker(impls[0], model_dir, list(stage_names), cases, encoder_rows, scratch, check)]
         side = None
         try:
             # after the worker: a process's first clean call waits for its server's imports, beside the worker's
@@ -456,7 +511,7 @@ def run(
                     store_references(model_dir, cases, side.result())
             for number, name in enumerate(impls):
                 if number + 1 < len(impls):  # the next prepares while this one checks
-                    workers.append(Worker(impls[number + 1], model_dir, list(stage_names), cases, encoder_rows, scratch, lenient, exact_reference))
+                    workers.append(Worker(impls[number + 1], model_dir, list(stage_names), cases, encoder_rows, scratch, check))
                 with progress(f"{name}: {', '.join(stage_names)}"):
                     verdicts, strips = workers[number].finish()
                 report.verdicts += verdicts
@@ -468,21 +523,17 @@ def run(
     return report
 
 
-def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[str], exact_reference: bool,
+def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[str], check: DecodingCheck,
                              scratch: Path) -> tuple[dict[str, list[str]], RowsWanted | None]:
     """What transformers' side of the run computes: the references decoding lacks, and the
     encoder rows the processing and encoder stages compare with (None where they do not run)."""
     from ..features import feature_token_ids
 
-    wanted = missing_references(model_dir, cases, reference_dtypes(exact_reference)) if "decoding" in stage_names else {}
+    wanted = missing_references(model_dir, cases, check.reference_dtypes) if "decoding" in stage_names else {}
     rows = None
     if "encoder" in stage_names or "processing" in stage_names:
         rows = RowsWanted(scratch / "encoder_rows.npz", cases, feature_token_ids(load_config(model_dir)))
     return wanted, rows
-
-
-def reference_dtypes(exact_reference: bool) -> tuple[str, ...]:
-    return ("float32", "float64") if exact_reference else ("float32",)
 
 
 def case_pngs(case) -> list[bytes]:
@@ -526,7 +577,7 @@ def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
         args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
-        args.trust_remote_code, args.audio or (),
+        args.trust_remote_code, args.audio or (), args.dtype,
     )
     print(report)
     if args.json:
@@ -585,6 +636,13 @@ def add_parser(sub) -> None:
         help="run the checkpoint's own Python code (its `auto_map`), in transformers and in vLLM, as their flags of "
         "that name do: for a model transformers does not ship; read that code first",
     )
+    v.add_argument(
+        "--dtype", choices=DTYPES, default="float32",
+        help="run the engine and transformers in this dtype. bfloat16, as vLLM serves most checkpoints, cannot meet "
+        "1e-3: decoding is judged against transformers in bfloat16, the tokens by the --lenient rule and the log-probs "
+        "within 3 times transformers' own bfloat16 rounding (its distance from its float32 result); the encoder stage, "
+        "which compares rows in float32, does not apply",
+    )
     v.add_argument("--json", help="also write the verdicts as JSON here")
     v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")
     v.set_defaults(func=validate)
@@ -596,11 +654,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stages", required=True)
     parser.add_argument("--cases", required=True, help="JSON list of `parity.Case` keys")
     parser.add_argument("--encoder-rows", type=Path)
-    parser.add_argument("--lenient", action="store_true")
-    parser.add_argument("--exact-reference", action="store_true")
+    parser.add_argument("--check", required=True, help="JSON of a `DecodingCheck`")
     args = parser.parse_args(argv)
     impl, model_dir = args.worker
-    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, args.lenient, args.exact_reference)
+    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, DecodingCheck(**json.loads(args.check)))
 
 
 if __name__ == "__main__":
