@@ -215,12 +215,43 @@ def test_validate_in_bfloat16_finds_the_logit_scale_failure_the_top_5_rule_passe
     assert PASS not in {v["outcome"] for (impl, _), v in verdicts.items() if impl == "native"}
 
 
+@pytest.mark.engine
+@pytest.mark.slow
+def test_validate_checks_the_model_sharded_over_two_tensor_parallel_workers(zoo, tmp_path, monkeypatch):
+    """`--tensor-parallel-size 2`, as a large model is served: every stage passes on LLaVA,
+    the rows taken from the first worker, and the verdict says the engine's own worker count."""
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # validate gives each worker its share of the cores
+    done, report = _validate(zoo("llava"), tmp_path, "--cases", "one_image", "--tensor-parallel-size", "2")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    verdicts = {v["stage"]: v for v in report["verdicts"]}
+    assert {stage: v["outcome"] for stage, v in verdicts.items()} == {stage: PASS for stage in stages.STAGES}
+    assert verdicts["decoding"]["detail"] == "over 2 tensor-parallel workers"
+
+
+def test_workers_on_a_cpu_get_their_share_of_the_cores(monkeypatch):
+    """vLLM's own CPU binding gives each worker a NUMA node, and refuses a one-node machine."""
+    from hf_bridge.validate.engine import cpu_environment
+
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    cpu_environment(1)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+    cpu_environment(2)
+    shares = [[int(c) for c in share.split(",")] for share in os.environ["VLLM_CPU_OMP_THREADS_BIND"].split("|")]
+    assert len(shares) == 2 and all(shares) and set().union(*shares) <= set(cores)
+    assert sorted(c for share in shares for c in share) == cores[: len(cores) // 2 * 2] or len(cores) == 1
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|0")
+    cpu_environment(2)
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0|0"  # the user's own binding stands
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(lenient=True), "--lenient is a float32 rule, and --dtype bfloat16 has its own"),
     (dict(exact_reference=True), "--exact-reference is a float32 rule, and --dtype bfloat16 has its own"),
     (dict(dtype="float16"), "dtype 'float16' is not one validate checks; it checks float32, bfloat16"),
+    (dict(dtype="float32", tensor_parallel_size=0), "--tensor-parallel-size must be a whole number of workers, at least 1; got 0"),
 ])
-def test_a_bfloat16_check_refuses_float32_rules(zoo, options, message):
+def test_engine_checks_that_cannot_run_are_refused(zoo, options, message):
     from hf_bridge.validate.command import run
 
     with pytest.raises(SystemExit, match=re.escape(f"hf-bridge validate: {message}")):

@@ -140,18 +140,22 @@ def processor_kwargs_json(kwargs: object) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodingCheck:
+class EngineCheck:
     """How an engine runs and its decoding is judged: in `dtype`, against transformers in
-    the same dtype. In float32 by strict parity, or with `lenient` by vLLM's own tests'
-    rule, and with `exact_reference` also measured against transformers in float64; in
-    bfloat16, where 1e-3 is out of reach, by `parity.compare_bfloat16`, whose scale is
-    transformers' own bfloat16 rounding (its distance from its float32 result)."""
+    the same dtype, over `tensor_parallel_size` workers. In float32 by strict parity, or
+    with `lenient` by vLLM's own tests' rule, and with `exact_reference` also measured
+    against transformers in float64; in bfloat16, where 1e-3 is out of reach, by
+    `parity.compare_bfloat16`, whose scale is transformers' own bfloat16 rounding (its
+    distance from its float32 result)."""
 
     dtype: str = "float32"
     lenient: bool = False
     exact_reference: bool = False
+    tensor_parallel_size: int = 1
 
     def __post_init__(self):
+        if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
+            raise ValueError(f"--tensor-parallel-size must be a whole number of workers, at least 1; got {self.tensor_parallel_size!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not one validate checks; it checks {', '.join(DTYPES)}")
         if self.dtype != "float32" and (self.exact_reference or self.lenient):
@@ -263,17 +267,14 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
 
 
 def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encoder_rows: Path | None, hf_processor,
-                 check: DecodingCheck = DecodingCheck()) -> None:
-    """Each case through one engine in `check.dtype`: the rows its decoder received against
-    transformers' (encoder, float32 only), and decoding: strict parity (prompt ids, greedy
-    tokens, log-probs within 1e-3), or, `check.lenient`, vLLM's own tests' rule
-    (`parity.compare_lenient`); with `check.exact_reference`, each decoding verdict also
-    says how far both sides are from transformers in float64 (`stages.rounding_diagnosis`)."""
+                 check: EngineCheck = EngineCheck()) -> None:
+    """Each case through one engine, run as `check` says: the rows its decoder received
+    against transformers' (encoder, float32 only), and decoding (`_decoding_verdict`)."""
     from . import parity
     from ..features import feature_token_ids
     from .encoder import RowCapture, feature_positions, load_rows
     from .engine import make_llm, shutdown
-    from .reference import NotApplicable, neighbours_diagnosis, references
+    from .reference import NotApplicable, references
 
     results = references(model_dir, cases, dtype=check.dtype)
     beside = references(model_dir, cases, dtype=check.reference_dtypes[1]) if len(check.reference_dtypes) > 1 else [None] * len(cases)
@@ -289,6 +290,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             model_dir,
             model_impl=IMPLS[impl][0],
             dtype=check.dtype,
+            tensor_parallel_size=check.tensor_parallel_size,
             limit_mm_per_prompt=limits,
             enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
         )
@@ -312,32 +314,47 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
         elif "encoder" in stage_names:
             emit(Verdict(impl, case.name, "encoder", NOT_APPLICABLE, ROWS_IN_FLOAT32_ONLY if case.media_counts else NO_MEDIA))
         if "decoding" in stage_names:
-            if isinstance(reference, NotApplicable):
-                emit(Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}"))
-                continue
-            if check.dtype != "float32" and isinstance(other_result, NotApplicable):
-                emit(Verdict(impl, case.name, "decoding", NOT_CHECKED,
-                             f"transformers fails in float32 ({other_result.error}), which sets the {check.dtype} check's scale"))
-                continue
-            if raised:
-                problems, found = [raised], ""
-            elif check.dtype != "float32":
-                problems, found = parity.compare_bfloat16(reference, other_result, got)
-                found = f"in {check.dtype}, against transformers in {check.dtype}: {found}"
-            elif check.lenient:
-                problems, found = parity.compare_lenient(reference, got)
-                found = f"lenient rule: {found}"
-            else:
-                problems, found = parity.compare(reference, got), ""
-            detail = "; ".join(problems) or found
-            if problems and got is not None and check.dtype == "float32" and not check.lenient:
-                detail = "; ".join(filter(None, [detail, neighbours_diagnosis(model_dir, case, got),
-                                                 parity.placeholder_diagnosis(reference, hf_processor)]))
-            if check.exact_reference and isinstance(other_result, NotApplicable):
-                detail += f"; not measured against float64: transformers fails in float64 ({other_result.error})"
-            elif check.exact_reference and got is not None:
-                detail = "; ".join(filter(None, [detail, stages.rounding_diagnosis(reference, other_result, got, bool(problems))]))
-            emit(Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail))
+            workers = llm.llm_engine.vllm_config.parallel_config.tensor_parallel_size  # as the engine itself reports it
+            emit(_decoding_verdict(impl, model_dir, case, check, reference, other_result, got, raised, hf_processor, workers))
+
+
+def _decoding_verdict(impl: str, model_dir: str, case, check: EngineCheck, reference, other_result, got, raised: str | None,
+                      hf_processor, workers: int) -> Verdict:
+    """`got` (None where the engine `raised`) against transformers' `reference` in the
+    check's dtype: strict parity (prompt ids, greedy tokens, log-probs within 1e-3),
+    `check.lenient`: vLLM's own tests' rule (`parity.compare_lenient`), in bfloat16
+    `parity.compare_bfloat16`. `other_result` is transformers' float32 result in bfloat16,
+    its float64 one with `check.exact_reference`, where the verdict also says how far both
+    sides are from it (`stages.rounding_diagnosis`)."""
+    from . import parity
+    from .reference import NotApplicable, neighbours_diagnosis
+
+    if isinstance(reference, NotApplicable):
+        return Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}")
+    if check.dtype != "float32" and isinstance(other_result, NotApplicable):
+        return Verdict(impl, case.name, "decoding", NOT_CHECKED,
+                       f"transformers fails in float32 ({other_result.error}), which sets the {check.dtype} check's scale")
+    if raised:
+        problems, found = [raised], ""
+    elif check.dtype != "float32":
+        problems, found = parity.compare_bfloat16(reference, other_result, got)
+        found = f"in {check.dtype}, against transformers in {check.dtype}: {found}"
+    elif check.lenient:
+        problems, found = parity.compare_lenient(reference, got)
+        found = f"lenient rule: {found}"
+    else:
+        problems, found = parity.compare(reference, got), ""
+    detail = "; ".join(problems) or found
+    if problems and got is not None and check.dtype == "float32" and not check.lenient:
+        detail = "; ".join(filter(None, [detail, neighbours_diagnosis(model_dir, case, got),
+                                         parity.placeholder_diagnosis(reference, hf_processor)]))
+    if check.exact_reference and isinstance(other_result, NotApplicable):
+        detail += f"; not measured against float64: transformers fails in float64 ({other_result.error})"
+    elif check.exact_reference and got is not None:
+        detail = "; ".join(filter(None, [detail, stages.rounding_diagnosis(reference, other_result, got, bool(problems))]))
+    if workers > 1:
+        detail = "; ".join(filter(None, [f"over {workers} tensor-parallel workers", detail]))
+    return Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail)
 
 
 def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_alone=None, transformers_ran: bool = False) -> Verdict:
@@ -361,7 +378,7 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_
 
 
 def worker(impl: str, model_dir: str, stage_names: list[str], case_keys: list[str], encoder_rows: Path | None,
-           check: DecodingCheck = DecodingCheck()) -> None:
+           check: EngineCheck = EngineCheck()) -> None:
     from .. import inspect as inspection
     from . import parity
 
@@ -388,7 +405,7 @@ class Worker:
     (transformers' side done, the worker before it finished) before checking anything."""
 
     def __init__(self, impl: str, model_dir: str, stage_names: list[str], cases: list, encoder_rows: Path | None,
-                 scratch: Path, check: DecodingCheck = DecodingCheck()):
+                 scratch: Path, check: EngineCheck = EngineCheck()):
         self.impl, self.stage_names, self.case_names = impl, stage_names, [c.name for c in cases]
         command = [sys.executable, "-m", "hf_bridge.validate.command", "--worker", impl, model_dir,
                    "--stages", ",".join(stage_names), "--cases", json.dumps([c.key() for c in cases]), "--check", check.key()]
@@ -461,6 +478,7 @@ def run(
     trust_remote_code: bool = False,
     audios: Any = (),
     dtype: str = "float32",
+    tensor_parallel_size: int = 1,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
@@ -468,7 +486,8 @@ def run(
     also runs transformers in float64 and says, per decoding verdict, how far each side is
     from it; `dtype="bfloat16"` runs the engine and transformers in bfloat16, as vLLM
     serves most checkpoints, and judges decoding by `parity.compare_bfloat16` (the encoder
-    stage compares rows in float32 only); `mm_processor_kwargs` go to both processors in every case (as vLLM's
+    stage compares rows in float32 only); `tensor_parallel_size` shards the engine over that
+    many workers (vLLM's flag), as it will serve; `mm_processor_kwargs` go to both processors in every case (as vLLM's
     `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
     `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
     flag of that name does; `audios` are audio files of the user's case, beside `images`
@@ -487,7 +506,7 @@ def run(
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
     try:
-        check = DecodingCheck(dtype, lenient, exact_reference)
+        check = EngineCheck(dtype, lenient, exact_reference, tensor_parallel_size)
     except ValueError as error:
         raise SystemExit(f"hf-bridge validate: {error}") from None
     with remote_code_trusted(trust_remote_code), tempfile.TemporaryDirectory() as scratch:
@@ -523,7 +542,7 @@ def run(
     return report
 
 
-def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[str], check: DecodingCheck,
+def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[str], check: EngineCheck,
                              scratch: Path) -> tuple[dict[str, list[str]], RowsWanted | None]:
     """What transformers' side of the run computes: the references decoding lacks, and the
     encoder rows the processing and encoder stages compare with (None where they do not run)."""
@@ -577,7 +596,7 @@ def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
         args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
-        args.trust_remote_code, args.audio or (), args.dtype,
+        args.trust_remote_code, args.audio or (), args.dtype, args.tensor_parallel_size,
     )
     print(report)
     if args.json:
@@ -643,6 +662,11 @@ def add_parser(sub) -> None:
         "within 3 times transformers' own bfloat16 rounding (its distance from its float32 result); the encoder stage, "
         "which compares rows in float32, does not apply",
     )
+    v.add_argument(
+        "--tensor-parallel-size", type=int, default=1, metavar="N",
+        help="shard the engine over N workers, as vLLM's flag of that name does, to check the model as it will be "
+        "served; on a CPU without VLLM_CPU_OMP_THREADS_BIND, each worker is bound to its share of this process's cores",
+    )
     v.add_argument("--json", help="also write the verdicts as JSON here")
     v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")
     v.set_defaults(func=validate)
@@ -654,10 +678,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stages", required=True)
     parser.add_argument("--cases", required=True, help="JSON list of `parity.Case` keys")
     parser.add_argument("--encoder-rows", type=Path)
-    parser.add_argument("--check", required=True, help="JSON of a `DecodingCheck`")
+    parser.add_argument("--check", required=True, help="JSON of a `EngineCheck`")
     args = parser.parse_args(argv)
     impl, model_dir = args.worker
-    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, DecodingCheck(**json.loads(args.check)))
+    worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, EngineCheck(**json.loads(args.check)))
 
 
 if __name__ == "__main__":

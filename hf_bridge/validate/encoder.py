@@ -216,14 +216,17 @@ class RowCapture:
         model.register_forward_pre_hook(keep_first, with_kwargs=True)
 
     def take(self, positions) -> np.ndarray | None:
-        """The captured prefill's rows at `positions` (None: no forward had embeddings)."""
-
-        def pop(model):
-            kept = list(model.hf_bridge_prefill)
-            model.hf_bridge_prefill.clear()
-            return kept
-
-        (kept,) = self.llm.apply_model(pop)
+        """The captured prefill's rows at `positions` (None: no forward had embeddings). Under
+        tensor parallelism every worker's model receives the same embeddings: the first's are kept."""
+        kept = self.llm.apply_model(_taken)[0]
         if not kept:
             return None
         return kept[0].reshape(-1, kept[0].shape[-1])[list(positions)].numpy()
+
+
+def _taken(model) -> list:
+    """What `RowCapture` kept in `model` since the last take (module level: sent to each
+    worker process by reference)."""
+    kept = list(model.hf_bridge_prefill)
+    model.hf_bridge_prefill.clear()
+    return kept

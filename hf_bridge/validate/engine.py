@@ -17,15 +17,25 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(
 )
 
 
-def cpu_environment() -> None:
-    """Settings vLLM needs on a CPU-only machine (only those the user has not set)."""
+def cpu_environment(tensor_parallel_size: int = 1) -> None:
+    """Settings vLLM needs on a CPU-only machine (only those the user has not set). Several
+    workers each get their share of this process's cores: vLLM's own binding asks for one
+    NUMA node per worker and refuses a one-node machine ("Not enough allowed NUMA nodes")."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            cores = sorted(os.sched_getaffinity(0))
+            share = max(len(cores) // tensor_parallel_size, 1)
+            shares = [cores[i * share:(i + 1) * share] or cores[-1:] for i in range(tensor_parallel_size)]
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(map(str, s)) for s in shares)
 
 
 def make_llm(model_dir: str | Path, *, limit_mm_per_prompt: dict[str, int] | None = None, **overrides):
     """An `LLM` over `model_dir` through `model_impl="transformers"` (so, hf_bridge)."""
-    cpu_environment()
+    cpu_environment(overrides.get("tensor_parallel_size", 1))
     from vllm import LLM
 
     kwargs = dict(ENGINE_DEFAULTS, **overrides)
