@@ -245,6 +245,29 @@ def test_workers_on_a_cpu_get_their_share_of_the_cores(monkeypatch):
     assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0|0"  # the user's own binding stands
 
 
+@pytest.mark.engine
+def test_validate_compares_as_many_tokens_as_asked(zoo, tmp_path):
+    """`--max-tokens 24`: both sides generate 24 greedy tokens and decoding compares all of
+    them (the reference cached for the run holds 24); 8 stays the default, its cache keys as before."""
+    import dataclasses
+
+    from hf_bridge.validate import command, parity
+    from hf_bridge.validate.reference import missing_references, references
+
+    model_dir = zoo("llava")
+    done, report = _validate(model_dir, tmp_path, "--cases", "one_image", "--stages", "decoding", "--max-tokens", "24")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert _outcomes(report) == {("hf_bridge", "one_image", "decoding"): PASS}
+    (case,) = command.selected_cases(model_dir, ["one_image"], max_tokens=24)
+    standard = parity.standard_cases(64)["one_image"]
+    assert case == dataclasses.replace(standard, new_tokens=24) and standard.key() == dataclasses.replace(standard, new_tokens=8).key()
+    assert missing_references(model_dir, [case]) == {}, "the run computed and cached the 24-token reference"
+    (reference,) = references(model_dir, [case])
+    assert len(reference.tokens) == len(reference.token_logprobs) == 24 and not parity.is_degenerate(reference.tokens)
+    with pytest.raises(SystemExit, match=re.escape("--max-tokens must be a whole number of tokens, at least 1; got 0")):
+        command.selected_cases(model_dir, ["one_image"], max_tokens=0)
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(lenient=True), "--lenient is a float32 rule, and --dtype bfloat16 has its own"),
     (dict(exact_reference=True), "--exact-reference is a float32 rule, and --dtype bfloat16 has its own"),

@@ -58,10 +58,12 @@ def selected_cases(
     cases_file: str | Path | None = None,
     mm_processor_kwargs: dict[str, Any] | None = None,
     audios: Sequence[str] = (),
+    max_tokens: int | None = None,
 ) -> list:
     """The cases to run: the user's own (`images`/`videos`/`audios` with `text`, and each line of
     `cases_file`), then the standard cases named, or, without cases of the user's, every
-    standard case this checkpoint's processor can run (with the user's text where given).
+    standard case this checkpoint's processor can run (with the user's text where given);
+    each generating `max_tokens` greedy tokens where given (else `parity.MAX_NEW_TOKENS`).
     `mm_processor_kwargs` go to the processor in every case that sets none of its own."""
     import dataclasses
 
@@ -94,6 +96,10 @@ def selected_cases(
         raise SystemExit(f"hf-bridge validate: {error}") from None
     if given:
         cases = [c if c.processor_kwargs else dataclasses.replace(c, processor_kwargs=given) for c in cases]
+    if max_tokens is not None:
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise SystemExit(f"hf-bridge validate: --max-tokens must be a whole number of tokens, at least 1; got {max_tokens!r}")
+        cases = [dataclasses.replace(c, new_tokens=max_tokens) for c in cases]
     repeated = sorted({c.name for c in cases if [d.name for d in cases].count(c.name) > 1})
     if repeated:
         raise SystemExit(f"hf-bridge validate: case name(s) {', '.join(repeated)} used twice; give each case its own name")
@@ -479,6 +485,7 @@ def run(
     audios: Any = (),
     dtype: str = "float32",
     tensor_parallel_size: int = 1,
+    max_tokens: int | None = None,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
@@ -487,7 +494,8 @@ def run(
     from it; `dtype="bfloat16"` runs the engine and transformers in bfloat16, as vLLM
     serves most checkpoints, and judges decoding by `parity.compare_bfloat16` (the encoder
     stage compares rows in float32 only); `tensor_parallel_size` shards the engine over that
-    many workers (vLLM's flag), as it will serve; `mm_processor_kwargs` go to both processors in every case (as vLLM's
+    many workers (vLLM's flag), as it will serve; `max_tokens` greedy tokens are generated
+    and compared per case (8 by default); `mm_processor_kwargs` go to both processors in every case (as vLLM's
     `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
     `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
     flag of that name does; `audios` are audio files of the user's case, beside `images`
@@ -515,7 +523,7 @@ def run(
             images, videos, audios = media_in_memory.as_files(images, videos, audios, lambda: audio_sampling_rate(load_processor(model_dir)))
         except ValueError as error:
             raise SystemExit(f"hf-bridge validate: {error}") from None
-        cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios)
+        cases = selected_cases(model_dir, case_names, prompt, images, videos, cases_file, mm_processor_kwargs, audios, max_tokens)
         report = Report(model_dir, [], images={c.name: case_pngs(c) for c in cases}, audios=case_wavs(model_dir, cases))
         scratch = Path(scratch)
         wanted, rows = transformers_side_wanted(model_dir, cases, stage_names, check, scratch)
@@ -596,7 +604,7 @@ def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
         args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
-        args.trust_remote_code, args.audio or (), args.dtype, args.tensor_parallel_size,
+        args.trust_remote_code, args.audio or (), args.dtype, args.tensor_parallel_size, args.max_tokens,
     )
     print(report)
     if args.json:
@@ -625,6 +633,11 @@ def add_parser(sub) -> None:
     v.add_argument("--stages", default=",".join(stages.STAGES), help="comma-separated stages to run")
     v.add_argument("--cases", help=f"comma-separated standard cases (default: all the processor can take, of {', '.join(VALIDATE_CASES)})")
     v.add_argument("--prompt", help="the user's text in every case, instead of each case's own")
+    v.add_argument(
+        "--max-tokens", type=int, metavar="N",
+        help="greedy tokens both sides generate and decoding compares, in every case (default 8): more reach "
+        "positions a short run does not (a RoPE scaled past its original length, a sliding window)",
+    )
     v.add_argument("--image", action="append", metavar="PATH", help="your own image (repeatable): one case of your images, videos, audio files and --prompt, run instead of the standard cases unless --cases names some")
     v.add_argument("--video", action="append", metavar="PATH", help="your own video file (repeatable; read with OpenCV), in that case")
     v.add_argument(

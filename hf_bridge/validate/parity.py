@@ -65,6 +65,8 @@ class Case:
     """Keyword arguments for the HF processor call, as JSON (`mm_processor_kwargs`): given
     to transformers' processor and, per request, to vLLM's."""
     audio_files: tuple[str, ...] = ()
+    new_tokens: int = MAX_NEW_TOKENS
+    """Greedy tokens both sides generate and the check compares (`--max-tokens`)."""
 
     def __post_init__(self):
         for name in ("image_files", "video_files", "audio_files", "image_shape"):  # lists, once the case went through JSON
@@ -137,6 +139,8 @@ class Case:
         for name in ("num_audios", "image_files", "video_files", "media_digest", "image_shape", "processor_kwargs", "audio_files"):
             if not fields[name]:  # keys of cases without them read as before they existed
                 del fields[name]
+        if self.new_tokens == MAX_NEW_TOKENS:
+            del fields["new_tokens"]
         return json.dumps(fields, sort_keys=True)
 
 
@@ -356,11 +360,12 @@ def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, proces
     if inputs is None:
         inputs = model_inputs(model, processor or load_processor(model_dir), case)
     prompt_len = inputs["input_ids"].shape[1]
+    new_tokens = case.new_tokens if case is not None else MAX_NEW_TOKENS
     with torch.no_grad():
         # generated log-probs are generate's own logits: a second forward would have to
         # guess how each model extends its token types past the prompt
         out = model.generate(
-            **inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, min_new_tokens=MAX_NEW_TOKENS,
+            **inputs, max_new_tokens=new_tokens, do_sample=False, min_new_tokens=new_tokens,
             output_logits=True, return_dict_in_generate=True,
         )
         forward_inputs = {k: v for k, v in inputs.items() if k != "input_ids"} if "inputs_embeds" in inputs else inputs
@@ -402,18 +407,16 @@ def vllm_request(processor, case: Case) -> dict:
     return request
 
 
-def sampling_params():
+def sampling_params(new_tokens: int = MAX_NEW_TOKENS):
     from vllm import SamplingParams
 
-    return SamplingParams(
-        max_tokens=MAX_NEW_TOKENS, min_tokens=MAX_NEW_TOKENS, temperature=0.0, logprobs=TOP_K, prompt_logprobs=0
-    )
+    return SamplingParams(max_tokens=new_tokens, min_tokens=new_tokens, temperature=0.0, logprobs=TOP_K, prompt_logprobs=0)
 
 
 def vllm_result(llm, processor, case: Case, dtype: str = "float32") -> Result:
     """`case` through `llm`, which must compute in `dtype` as the reference does."""
     require_dtype(llm, dtype)
-    (out,) = llm.generate([vllm_request(processor, case)], sampling_params(), use_tqdm=False)
+    (out,) = llm.generate([vllm_request(processor, case)], sampling_params(case.new_tokens), use_tqdm=False)
     return result_from_output(out)
 
 
