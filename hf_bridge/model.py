@@ -78,6 +78,7 @@ from .hf_classes import (delegated_weights, forward_takes, generation_class_alon
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
+from .per_request_rope import install_per_request_frequencies
 from .step_kwargs import keep_eager
 from .probes import HF_DATA_KEYS
 from .processing import (
@@ -121,6 +122,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         text_model = self.get_language_model().model
+        install_per_request_frequencies(text_model if text_model is not None else self.model)
         self.side_features = None
         convention = decoder_convention(text_model) if text_model is not None else None
         if convention is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..length_rope import forget_length, length_rotaries
 from ..media_files import audio_samples, read_audio, read_image
 from ..probes import (
     DEFAULT_SAMPLING_RATE,
@@ -361,7 +362,10 @@ def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, proces
         inputs = model_inputs(model, processor or load_processor(model_dir), case)
     prompt_len = inputs["input_ids"].shape[1]
     new_tokens = case.new_tokens if case is not None else MAX_NEW_TOKENS
+    rotaries = length_rotaries(model)  # a dynamic RoPE keeps the last length it saw: each call as a fresh model makes it
     with torch.no_grad():
+        for rotary in rotaries:
+            forget_length(rotary)
         # generated log-probs are generate's own logits: a second forward would have to
         # guess how each model extends its token types past the prompt
         out = model.generate(
@@ -369,6 +373,8 @@ def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, proces
             output_logits=True, return_dict_in_generate=True,
         )
         forward_inputs = {k: v for k, v in inputs.items() if k != "input_ids"} if "inputs_embeds" in inputs else inputs
+        for rotary in rotaries:
+            forget_length(rotary)
         prompt_logits = model(**forward_inputs).logits[0].float()
     ids = out.sequences[0].tolist()
     tokens = ids[prompt_len:]
