@@ -50,7 +50,7 @@ def _layer_types(module: torch.nn.Module) -> list[str | None]:
 def forget_length(module: torch.nn.Module) -> None:
     """`module` back to the frequencies of a fresh one, as transformers' own reset does it:
     a forward at position 0 (below any original length)."""
-    x = torch.zeros(1, 1, 1, device=module.original_inv_freq.device if hasattr(module, "original_inv_freq") else None)
+    x = torch.zeros(1, 1, 1, device=next(module.buffers()).device)  # its frequencies' device
     for layer in _layer_types(module):
         _class_forward(module)(module, x, torch.zeros(1, 1, dtype=torch.long, device=x.device), **_layer_kwargs(layer))
 

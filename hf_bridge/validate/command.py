@@ -65,8 +65,6 @@ def selected_cases(
     standard case this checkpoint's processor can run (with the user's text where given);
     each generating `max_tokens` greedy tokens where given (else `parity.MAX_NEW_TOKENS`).
     `mm_processor_kwargs` go to the processor in every case that sets none of its own."""
-    import dataclasses
-
     from . import parity
 
     available = cases_of(model_dir, VALIDATE_CASES)
@@ -113,8 +111,6 @@ def cases_from_file(path: str | Path) -> list:
     """Cases from a JSONL file: one object per line, `{"name": ..., "prompt": ...,
     "images": [paths], "videos": [paths], "audios": [paths], "mm_processor_kwargs": {...}}`;
     paths relative to the file."""
-    import dataclasses
-
     from . import parity
 
     path = Path(path).expanduser()

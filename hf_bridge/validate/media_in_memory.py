@@ -13,23 +13,19 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..cache_dirs import cache_dir
 from ..media_files import read_video, served_image
 from ..probes import video_metadata
 
+MEDIA_DIR = "validate_media"
+"""Under hf_bridge's cache directory (`cache_dirs.cache_dir`)."""
 FRAMES_SUFFIX = ".frames.npz"
 """A video held in memory: its frames and its metadata (`read_video_file`)."""
 PATH_TYPES = (str, os.PathLike)
-
-
-def media_dir() -> Path:
-    """`$XDG_CACHE_HOME/hf_bridge/validate_media` (`~/.cache` without it)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "hf_bridge" / "validate_media"
 
 
 def as_files(images: Any = (), videos: Any = (), audios: Any = (),
@@ -121,7 +117,7 @@ def read_video_file(path: str) -> tuple[np.ndarray, dict[str, Any]]:
 
 def _stored(content: bytes, suffix: str) -> str:
     """`content` in `media_dir()`, named by its digest; written whole or not at all."""
-    directory = media_dir()
+    directory = cache_dir(MEDIA_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{hashlib.sha256(content).hexdigest()[:32]}{suffix}"
     if not path.is_file():

@@ -12,6 +12,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..clean_interpreter import CleanCall
+from ..cache_dirs import cache_dir
 from .specs import SPECS, ZooSpec
 from .tokenizer import build_tokenizer
 
@@ -25,8 +26,7 @@ def default_cache_dir() -> Path:
     """`$HF_BRIDGE_ZOO_DIR`, else the user cache directory (XDG)."""
     if env := os.environ.get("HF_BRIDGE_ZOO_DIR"):
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "hf_bridge" / "zoo"
+    return cache_dir("zoo")
 
 
 def _init_weights(model, std: float, seed: int, centred_norm_biases: bool = False) -> None:
