@@ -84,40 +84,41 @@ def test_rope_types_that_follow_the_length_are_found_in_the_config_and_the_model
 
 
 @pytest.fixture(scope="module")
-def long_rope_llavas(zoo, tmp_path_factory):
-    """The zoo's LLaVA with LongRoPE (1024 original positions) and with a dynamic RoPE (2048),
-    and a prompt long enough to pass each."""
+def long_rope_checkpoints(zoo, generic, tmp_path_factory):
+    """Phi-4-multimodal (the sweep's generic build) with LongRoPE past 1024 positions, as
+    its real checkpoints have it past 4096, and the zoo's LLaVA with a dynamic RoPE past
+    2048; each with the words of a prompt long enough to pass it."""
     import json
     from pathlib import Path
 
     from hf_bridge.zoo.variant import variant
 
-    source = Path(zoo("llava"))
-    text = json.loads((source / "config.json").read_text())["text_config"]
-    head_dim = text["hidden_size"] // text["num_attention_heads"]
-    longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 1024,
+    phi, llava = Path(generic("phi4_multimodal", 1)), Path(zoo("llava"))
+    head_dim = 32  # the generic Phi's 64 wide, 2 heads
+    longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 1.0, "original_max_position_embeddings": 1024,
                 "short_factor": [1.0] * (head_dim // 2), "long_factor": [1.0 + i / head_dim for i in range(head_dim // 2)]}
-    settings_by_name = {
-        "longrope": ({**text, "max_position_embeddings": 4096, "rope_parameters": longrope}, 1100),
-        "dynamic": ({**text, "max_position_embeddings": 2048,
-                     "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}, 2100),
-    }
+    text = json.loads((llava / "config.json").read_text())["text_config"]
+    dynamic = {**text, "max_position_embeddings": 2048, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}
     root = tmp_path_factory.mktemp("long_rope")
-    return {name: (variant(source, root / name, config={"text_config": config}), words)
-            for name, (config, words) in settings_by_name.items()}
+    return {
+        "longrope": (variant(phi, root / "phi", config={"rope_parameters": longrope, "max_position_embeddings": 8192,
+                                                         "original_max_position_embeddings": 1024}), 1100),
+        "dynamic": (variant(llava, root / "llava", config={"text_config": dynamic}), 2100),
+    }
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("rope_type, short_case", [("longrope", "one_image"), ("dynamic", "text_only")])
-def test_a_short_request_beside_a_long_one_keeps_parity(rope_type, short_case, long_rope_llavas, engines):
+def test_a_short_request_beside_a_long_one_keeps_parity(rope_type, short_case, long_rope_checkpoints, engines):
     """A short request batched with a text past the original length, in compiled mode
-    (vLLM's default): both at strict parity with transformers, each alone. Before, the
-    short request took the long one's frequencies and its tokens differed; the in-tree
-    backend still does so."""
+    (vLLM's default): both at strict parity with transformers, each alone. Before, Phi's
+    LongRoPE stopped the engine's start in compiled mode (Dynamo: data-dependent branching
+    in transformers' frequency update), and eagerly the short request took the long one's
+    frequencies, its tokens different from itself alone; the in-tree backend does both still."""
     from hf_bridge.validate.checkpoint import load_processor
     from hf_bridge.validate.reference import references
 
-    model_dir, words = long_rope_llavas[rope_type]
+    model_dir, words = long_rope_checkpoints[rope_type]
     short = parity.standard_cases(64)[short_case]
     long = dataclasses.replace(parity.standard_cases(64)["text_only"], text="cat " * words)
     reference_short, reference_long = references(model_dir, [short, long])
