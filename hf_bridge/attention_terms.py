@@ -20,6 +20,12 @@ served as attention, each step would see its own tokens only. `layers_with_carri
 finds them with transformers' own reading of the config; hf_bridge gives them vLLM's
 per-request state slots (`state_layers.py`), or refuses them by name.
 
+vLLM builds every decoder layer's attention with the config's `attn_logit_softcapping`;
+transformers soft-caps the scores only where a module hands its attention function a
+`softcap` (Gemma 2 does; Gemma 3's config has the field, which its attention never
+passes). `passed_soft_cap` reads what a module's call hands, so vLLM applies that, and the
+check above also refuses a call whose `softcap` is not what vLLM's layer applies.
+
 A layer whose indexer picks the keys each query attends to and keeps keys of its own in
 the cache (transformers' "indexed_attention": DeepSeek-V3.2, GLM-5, Qwen4-Exp) is found the
 same way, `layers_with_indexed_attention`, and refused before anything is built: some such
@@ -30,6 +36,7 @@ indexer then raised `AttributeError` on the first request). No vLLM import here.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -43,6 +50,11 @@ APPLIED_BY_VLLM = frozenset({"dropout", "scaling", "sliding_window", "softcap", 
 """Keywords vLLM's attention layer stands for: built with the module's scale, the config's
 sliding window and soft cap, and the sinks (which vLLM checks itself); no dropout at inference."""
 CHECKED_ATTR = "hf_bridge_checks_terms"
+SOFT_CAP_KEYWORD = "softcap"
+"""The keyword transformers' attention functions take a soft cap of the scores by."""
+APPLIED_SOFT_CAP_ATTR = "hf_bridge_soft_cap"
+"""Set on an HF attention module: the soft cap vLLM's layer for it applies (None: none)."""
+_UNSET = object()
 
 
 def known_keywords() -> frozenset[str]:
@@ -58,8 +70,37 @@ def unapplied_terms(kwargs: Mapping[str, Any], known: frozenset[str]) -> list[st
     return [name for name, value in kwargs.items() if isinstance(value, torch.Tensor) and name not in known]
 
 
-def refuse_unapplied_terms(attention: Callable, describe: Callable[[torch.nn.Module, list[str]], str]) -> Callable:
-    """`attention`, raising `ValueError(describe(module, terms))` on a call that carries terms it would drop."""
+def passed_soft_cap(call: ast.Call | None, module: torch.nn.Module, configured: float | None) -> float | None:
+    """The soft cap `module` hands transformers' attention interface in `call` (its one call
+    to it, as vLLM's attention fuser finds it): the `softcap=` keyword's value, a constant or
+    an attribute of the module; none without that keyword. `configured` where it cannot be
+    read (no call found, another expression): the call-time check compares it then."""
+    if call is None:
+        return configured
+    passed = [keyword.value for keyword in call.keywords if keyword.arg == SOFT_CAP_KEYWORD]
+    if not passed:
+        return None
+    node = passed[0]
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return getattr(module, node.attr, configured)
+    return configured
+
+
+def same_soft_cap(passed: float | None, applied: float | None) -> bool:
+    """Whether a call's soft cap is the one vLLM's layer applies (0 and None: no cap, as vLLM reads them)."""
+    return (passed or None) == (applied or None)
+
+
+def refuse_unapplied_terms(
+    attention: Callable,
+    describe: Callable[[torch.nn.Module, list[str]], str],
+    describe_soft_cap: Callable[[torch.nn.Module, float | None, float | None], str],
+) -> Callable:
+    """`attention`, raising `ValueError(describe(module, terms))` on a call that carries terms
+    it would drop, and `ValueError(describe_soft_cap(module, passed, applied))` on one whose
+    soft cap is not the one vLLM's layer for the module applies (`APPLIED_SOFT_CAP_ATTR`)."""
     if getattr(attention, CHECKED_ATTR, False):
         return attention
     named = inspect.signature(attention).parameters  # a mask may come by keyword (Cohere-Compass)
@@ -70,19 +111,26 @@ def refuse_unapplied_terms(attention: Callable, describe: Callable[[torch.nn.Mod
         terms = unapplied_terms(kwargs, known)
         if terms:
             raise ValueError(describe(module, terms))
+        applied = getattr(module, APPLIED_SOFT_CAP_ATTR, _UNSET)
+        if applied is not _UNSET and not same_soft_cap(kwargs.get(SOFT_CAP_KEYWORD), applied):
+            raise ValueError(describe_soft_cap(module, kwargs.get(SOFT_CAP_KEYWORD), applied))
         return attention(module, *args, **kwargs)
 
     setattr(checked, CHECKED_ATTR, True)
     return checked
 
 
-def install(describe: Callable[[torch.nn.Module, list[str]], str]) -> None:
+def install(
+    describe: Callable[[torch.nn.Module, list[str]], str],
+    describe_soft_cap: Callable[[torch.nn.Module, float | None, float | None], str],
+) -> None:
     """Wrap vLLM's attention functions in transformers' registry, once per process."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     for name in VLLM_ATTENTION_FUNCTIONS:
         if name in ALL_ATTENTION_FUNCTIONS:
-            ALL_ATTENTION_FUNCTIONS.register(name, refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], describe))
+            checked = refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], describe, describe_soft_cap)
+            ALL_ATTENTION_FUNCTIONS.register(name, checked)
 
 
 def attends_beside_its_state(kind: str) -> bool:

@@ -563,6 +563,28 @@ def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
     )
 
 
+def _soft_cap(value: float | None) -> str:
+    return "none" if not value else f"{value:g}"
+
+
+def soft_cap_not_as_applied(module: Any, passed: float | None, applied: float | None) -> str:
+    return (
+        f"{type(module).__name__} hands its attention function a soft cap of {_soft_cap(passed)}, while vLLM's "
+        f"attention layer for it applies {_soft_cap(applied)} (the config's `attn_logit_softcapping`, where hf_bridge "
+        f"could not read the soft cap from the module's call): served so, the model would not attend as transformers "
+        f"computes it. Set `attn_logit_softcapping` in the checkpoint's text config to {_soft_cap(passed)}."
+    )
+
+
+def soft_caps_differ_by_layer(caps: dict[int, float | None]) -> str:
+    layers = ", ".join(f"layer {layer}: {_soft_cap(cap)}" for layer, cap in sorted(caps.items()))
+    return (
+        f"this model's decoder layers hand their attention functions different soft caps of the scores ({layers}), and "
+        f"vLLM builds every layer's attention with the one cap the config names (`attn_logit_softcapping`): served so, "
+        f"some layers would not attend as transformers computes them. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
 def indexed_attention(layers: list[tuple[int, str]], model_type: str) -> str:
     return (
         f"{len(layers)} decoder layer(s) of this {model_type} model attend sparsely (layers {_layer_list(layers)}): "

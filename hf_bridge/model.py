@@ -44,6 +44,7 @@ from vllm.model_executor.models.interfaces import MultiModalEmbeddings
 from vllm.model_executor.models.utils import PPMissingLayer, StageMissingLayer, maybe_prefix
 from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
 from vllm.model_executor.models.transformers.causal import CausalMixin
+from vllm.model_executor.models.transformers.fusers.attention import interface_call
 from vllm.model_executor.models.transformers.multimodal import MultiModalMixin
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.multimodal.inputs import MultiModalFeatureSpec
@@ -53,8 +54,8 @@ from vllm.sequence import IntermediateTensors
 
 from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
+from .attention_terms import APPLIED_SOFT_CAP_ATTR, layers_with_carried_state, layers_with_indexed_attention, passed_soft_cap
 from .attention_terms import install as install_attention_term_check
-from .attention_terms import layers_with_carried_state, layers_with_indexed_attention
 from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
@@ -118,7 +119,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
-        install_attention_term_check(errors.attention_terms_not_applied)
+        install_attention_term_check(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         text_model = self.get_language_model().model
@@ -479,7 +480,39 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         and values reads that layer's cache (`kv_sharing.py`). vLLM's fast prefill for such
         layers drops prompt tokens the HF decoder computes, so it is refused there."""
         self._kv_sharing_targets = self._shared_kv_caches(prefix)
-        super()._create_attention_instances(prefix)
+        with self._soft_cap_as_passed():
+            super()._create_attention_instances(prefix)
+
+    @contextmanager
+    def _soft_cap_as_passed(self):
+        """vLLM builds each layer with the config's `attn_logit_softcapping`; here, with the
+        soft cap the layers' attention modules hand their attention function, which is what
+        transformers applies (none for Gemma 3, whose config has the field). Each module
+        is marked with it for the call-time check (`attention_terms.py`)."""
+        field = "attn_logit_softcapping"
+        named = hasattr(self.text_config, field)
+        configured = getattr(self.text_config, field, None)
+        caps = {}
+        for layer, (name, _) in self.attention_fusers.items():
+            module = self.get_submodule(name)
+            caps[layer] = passed_soft_cap(interface_call(type(module).forward), module, configured)
+            setattr(module, APPLIED_SOFT_CAP_ATTR, caps[layer])
+        if len(set(caps.values())) > 1:
+            raise ValueError(errors.soft_caps_differ_by_layer(caps))
+        passed = next(iter(caps.values()), configured)
+        if passed == configured:
+            yield
+            return
+        logger.info("hf_bridge: the attention modules hand their attention function a soft cap of %s, the config "
+                    "names %s: vLLM's layers apply the modules' one", passed, configured)
+        setattr(self.text_config, field, passed)
+        try:
+            yield
+        finally:
+            if named:
+                setattr(self.text_config, field, configured)
+            else:
+                delattr(self.text_config, field)
 
     def _shared_kv_caches(self, prefix: str) -> dict[str, str]:
         """Each sharing layer's vLLM layer name -> its source's, for the layers whose HF

@@ -1,6 +1,7 @@
 """What vLLM's paged attention cannot carry is refused at engine start, never dropped
 (`hf_bridge/attention_terms.py`): a model's own attention terms (a position bias, the
-key blocks a sparse indexer chose), and layers whose indexer keeps keys of its own. Decoder layers that keep a convolution or recurrent
+key blocks a sparse indexer chose), and layers whose indexer keeps keys of its own. vLLM soft-caps the scores as the module
+asks its attention function to, not as the config names. Decoder layers that keep a convolution or recurrent
 state between steps are found here as transformers caches them; hf_bridge keeps their
 states per request (`tests/test_carried_state.py`).
 """
@@ -16,11 +17,13 @@ import torch
 
 from hf_bridge import errors
 from hf_bridge.attention_terms import (
+    APPLIED_SOFT_CAP_ATTR,
     install,
     known_keywords,
     layers_holding_nothing,
     layers_with_carried_state,
     layers_with_indexed_attention,
+    passed_soft_cap,
     refuse_unapplied_terms,
     unapplied_terms,
 )
@@ -47,8 +50,9 @@ def test_the_check_calls_the_attention_function_unchanged_or_refuses():
         calls.append(kwargs)
         return query, None
 
-    checked = refuse_unapplied_terms(attention, errors.attention_terms_not_applied)
-    assert refuse_unapplied_terms(checked, errors.attention_terms_not_applied) is checked, "wrapped once"
+    checked = refuse_unapplied_terms(attention, errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
+    assert refuse_unapplied_terms(checked, errors.attention_terms_not_applied, errors.soft_cap_not_as_applied) is checked, (
+        "wrapped once")
     query = torch.ones(1, 2, 3, 4)
     assert checked(torch.nn.Identity(), query, query, query, None, scaling=0.5)[0] is query and calls == [{"scaling": 0.5}]
     # the function's own parameters, by keyword (Cohere-Compass hands its mask so)
@@ -60,12 +64,103 @@ def test_the_check_calls_the_attention_function_unchanged_or_refuses():
     assert str(raised.value).startswith("Identity passes `position_bias` to its attention function") and calls == []
 
 
+class LiteralSoftCap(torch.nn.Module):
+    """A checkpoint's own attention (remote code) passing a soft cap no config field names."""
+
+    def forward(self, query, key, value, mask):
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface("vllm", None)
+        return attention(self, query, key, value, mask, softcap=30.0)
+
+
+class ComputedSoftCap(torch.nn.Module):
+    def forward(self, query, key, value, mask, cap):
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface("vllm", None)
+        return attention(self, query, key, value, mask, softcap=cap * 2)
+
+
+def test_the_soft_cap_is_read_from_the_modules_call():
+    """As vLLM's attention fuser reads a module's `scaling=`: Gemma 2 hands its config's soft
+    cap, Gemma 3's config has the field and its attention hands none, Llama has neither; a
+    literal is read, an expression is not (the config's value, which the call-time check
+    then compares)."""
+    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention
+    from transformers.models.llama.modeling_llama import LlamaAttention
+    from vllm.model_executor.models.transformers.fusers.attention import interface_call
+
+    small = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    modules = {
+        5.0: Gemma2Attention(Gemma2Config(**small, attn_logit_softcapping=5.0), layer_idx=0),
+        None: Gemma3Attention(Gemma3TextConfig(**small, attn_logit_softcapping=5.0), layer_idx=0),
+        30.0: LiteralSoftCap(),
+        7.0: ComputedSoftCap(),
+    }
+    for expected, module in modules.items():
+        assert passed_soft_cap(interface_call(type(module).forward), module, configured=7.0) == expected, module
+    assert passed_soft_cap(interface_call(LlamaAttention.forward), LlamaAttention(LlamaConfig(**small), 0), None) is None
+    assert passed_soft_cap(None, torch.nn.Identity(), configured=7.0) == 7.0, "no call found: the config's"
+
+
+def test_a_soft_cap_other_than_vllms_layer_applies_is_refused():
+    def attention(module, query, key, value, mask, **kwargs):
+        return query, None
+
+    checked = refuse_unapplied_terms(attention, errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
+    query = torch.ones(1, 2, 3, 4)
+    module = torch.nn.Identity()
+    assert checked(module, query, query, query, None, softcap=5.0)[0] is query, "a module hf_bridge did not mark"
+    setattr(module, APPLIED_SOFT_CAP_ATTR, None)
+    assert checked(module, query, query, query, None)[0] is query
+    assert checked(module, query, query, query, None, softcap=0.0)[0] is query, "0: no cap, as vLLM reads it"
+    with pytest.raises(ValueError) as raised:
+        checked(module, query, query, query, None, softcap=5.0)
+    assert str(raised.value) == (
+        "Identity hands its attention function a soft cap of 5, while vLLM's attention layer for it applies none (the "
+        "config's `attn_logit_softcapping`, where hf_bridge could not read the soft cap from the module's call): served "
+        "so, the model would not attend as transformers computes it. Set `attn_logit_softcapping` in the checkpoint's "
+        "text config to 5.")
+    setattr(module, APPLIED_SOFT_CAP_ATTR, 5.0)
+    assert checked(module, query, query, query, None, softcap=5)[0] is query
+    with pytest.raises(ValueError, match="a soft cap of none, while vLLM's attention layer for it applies 5 "):
+        checked(module, query, query, query, None)
+
+
+@pytest.mark.engine
+def test_a_config_soft_cap_the_model_never_applies_is_not_applied(zoo, engines, tmp_path, hf_bridge_log):
+    """Gemma 3's config with `attn_logit_softcapping` set, which its attention never hands
+    on: vLLM built every layer with it, so the scores were capped where transformers' are
+    not (both backends; tokens differed from the second on, log-probs by up to 2.6). Now
+    strict parity, images and text."""
+    import json
+
+    from hf_bridge.validate.checkpoint import load_processor
+    from hf_bridge.validate.reference import references
+    from hf_bridge.validate import parity
+    from hf_bridge.zoo.variant import variant
+
+    gemma3 = Path(zoo("gemma3"))
+    text = json.loads((gemma3 / "config.json").read_text())["text_config"]
+    model_dir = variant(gemma3, tmp_path / "gemma3", config={"text_config": {**text, "attn_logit_softcapping": 5.0}})
+    cases = [parity.standard_cases(64)[name] for name in ("one_image", "text_only")]
+    processor = load_processor(model_dir)
+    outputs = engines.get(model_dir).generate([parity.vllm_request(processor, c) for c in cases], parity.sampling_params(),
+                                              use_tqdm=False)
+    for reference, output in zip(references(model_dir, cases), outputs):
+        assert parity.compare(reference, parity.result_from_output(output)) == []
+    assert "hand their attention function a soft cap of None, the config names 5.0" in hf_bridge_log.text
+
+
 def test_vllms_attention_functions_are_wrapped_not_replaced():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from vllm.model_executor.models import transformers as backend
 
-    install(errors.attention_terms_not_applied)
-    install(errors.attention_terms_not_applied)
+    install(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
+    install(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
     assert ALL_ATTENTION_FUNCTIONS["vllm"].__wrapped__ is backend.vllm_attention_forward
     assert ALL_ATTENTION_FUNCTIONS["vllm_mla"].__wrapped__ is backend.vllm_mla_attention_forward
 
