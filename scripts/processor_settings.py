@@ -6,6 +6,7 @@ Transformers backend.
 
     .venv/bin/python scripts/processor_settings.py --out PROCESSOR_SETTINGS.md   # all (about 55 minutes)
     .venv/bin/python scripts/processor_settings.py --only gemma3-pan-and-scan --impls hf_bridge   # printed only
+    .venv/bin/python scripts/processor_settings.py --only llava-tied --out PROCESSOR_SETTINGS.md --append
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Setting:
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
     per_request: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Given as `mm_processor_kwargs` instead of saved."""
+    rebuilt: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Attributes set on the zoo recipe's config and processor before its weights are drawn
+    (`zoo.variant.rebuilt`; `config.` and `processor.` paths): a setting that changes their
+    shapes, or is read as the model is built."""
     stages: tuple[str, ...] = ALL_STAGES
 
 
@@ -175,6 +180,58 @@ SETTINGS = [
             per_request={"do_sample_frames": True, "num_frames": 2, "do_image_splitting": False}),
     Setting("mistral3-smaller-per-request", "mistral3", "images up to 56 px (the zoo's 112), per request: a smaller patch grid",
             per_request={"size": {"longest_edge": 56}}),
+    # settings of the model itself, built into fresh weights (real checkpoints ship them)
+    Setting("llava-two-feature-layers", "llava", "features of two tower layers, concatenated",
+            rebuilt={"config.vision_feature_layer": [-2, -1]}),
+    Setting("llava-silu-projector", "llava", "the second-last layer's features, a SiLU projector without biases",
+            rebuilt={"config.vision_feature_layer": -2, "config.projector_hidden_act": "silu",
+                     "config.multimodal_projector_bias": False}),
+    Setting("llava-tied", "llava", "tied input and output embeddings",
+            rebuilt={"config.tie_word_embeddings": True, "config.text_config.tie_word_embeddings": True}),
+    Setting("llava-llama3-rope", "llava", "Llama 3's RoPE scaling (factor 8 past 64 positions)",
+            rebuilt={"config.text_config.rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                            "original_max_position_embeddings": 64}}),
+    Setting("llava-yarn", "llava", "YaRN RoPE (factor 4 past 64 positions)",
+            rebuilt={"config.text_config.rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                            "original_max_position_embeddings": 64}}),
+    Setting("llava-biases-one-kv-head", "llava", "attention and MLP biases, one key-value head",
+            rebuilt={"config.text_config.attention_bias": True, "config.text_config.mlp_bias": True,
+                     "config.text_config.num_key_value_heads": 1}),
+    Setting("llava_next-two-feature-layers", "llava_next", "features of two tower layers, concatenated",
+            rebuilt={"config.vision_feature_layer": [-2, -1]}),
+    Setting("llava_onevision-two-feature-layers", "llava_onevision", "features of two tower layers, concatenated",
+            rebuilt={"config.vision_feature_layer": [-2, -1]}),
+    Setting("gemma3-attention-soft-cap", "gemma3", "`attn_logit_softcapping` set, which Gemma 3's attention never applies",
+            rebuilt={"config.text_config.attn_logit_softcapping": 5.0}),
+    Setting("gemma3-final-soft-cap", "gemma3", "logits soft-capped at 3",
+            rebuilt={"config.text_config.final_logit_softcapping": 3.0}),
+    Setting("gemma3-window-8", "gemma3", "sliding layers of 8 tokens (the zoo's 512): shorter than the prompts",
+            rebuilt={"config.text_config.sliding_window": 8}),
+    Setting("gemma3-tied-16-tokens", "gemma3", "tied embeddings (as Gemma 3's own), 16 tokens per image (the zoo's 4)",
+            rebuilt={"config.tie_word_embeddings": True, "config.text_config.tie_word_embeddings": True,
+                     "config.mm_tokens_per_image": 16, "processor.image_seq_length": 16}),
+    Setting("paligemma-tied", "paligemma", "tied embeddings, as PaliGemma's own",
+            rebuilt={"config.tie_word_embeddings": True, "config.text_config.tie_word_embeddings": True}),
+    Setting("qwen2_vl-merge-1-tied", "qwen2_vl", "no 2x2 patch merge, tied embeddings",
+            rebuilt={"config.vision_config.spatial_merge_size": 1, "processor.image_processor.merge_size": 1,
+                     "processor.video_processor.merge_size": 1, "config.tie_word_embeddings": True}),
+    Setting("qwen2_5_vl-windows", "qwen2_5_vl", "vision windows of 112 px, full attention in the first block; "
+            "the decoder's second layer sliding over 8 tokens",
+            rebuilt={"config.vision_config.window_size": 112, "config.vision_config.fullatt_block_indexes": [0],
+                     "config.text_config.use_sliding_window": True, "config.text_config.sliding_window": 8,
+                     "config.text_config.max_window_layers": 1,
+                     "config.text_config.layer_types": ["full_attention", "sliding_attention"]}),
+    Setting("qwen3_vl-no-deepstack-tied", "qwen3_vl", "no deepstack levels, tied embeddings",
+            rebuilt={"config.vision_config.deepstack_visual_indexes": [], "config.tie_word_embeddings": True}),
+    Setting("mistral3-merge-1-window-8", "mistral3", "no patch merge; the decoder sliding over 8 tokens",
+            rebuilt={"config.spatial_merge_size": 1, "processor.spatial_merge_size": 1,
+                     "config.text_config.sliding_window": 8}),
+    Setting("internvl-qk-norm", "internvl", "the tower's QK norm and RMS norms, the second-last layer's features",
+            rebuilt={"config.vision_feature_layer": -2, "config.vision_config.use_qk_norm": True,
+                     "config.vision_config.norm_type": "rms_norm"}),
+    Setting("smolvlm-scale-4", "smolvlm", "pixel shuffle by 4 (the zoo's 2): one token per tile",
+            rebuilt={"config.scale_factor": 4, "processor.image_seq_len": 1}),
 ]
 
 
@@ -210,9 +267,13 @@ def _checkpoint(setting: Setting, into: Path) -> Path:
     directory even where nothing is saved, for the references of its per-request setting."""
     from hf_bridge.zoo import SPECS, build
     from hf_bridge.zoo.shrink import build_sweep_model
-    from hf_bridge.zoo.variant import variant
+    from hf_bridge.zoo.variant import rebuilt, variant
 
-    if setting.arch in SPECS:
+    if setting.rebuilt:
+        parts = {part: {path.removeprefix(f"{part}."): value for path, value in setting.rebuilt.items()
+                        if path.startswith(f"{part}.")} for part in ("config", "processor")}
+        model_dir = rebuilt(setting.arch, into.parent / "rebuilt" / setting.name, **parts)
+    elif setting.arch in SPECS:
         model_dir = build(setting.arch)
     else:  # the sweep's checkpoint of the type, built once per run (no engine runs in this process)
         model_dir = into.parent / "types" / setting.arch
@@ -225,7 +286,8 @@ def _checkpoint(setting: Setting, into: Path) -> Path:
 
 def how(setting: Setting) -> str:
     saved = {**setting.image_processor, **setting.video_processor, **setting.processor}
-    parts = [f"saved `{saved}`"] if saved else []
+    parts = [f"built with `{setting.rebuilt}`"] if setting.rebuilt else []
+    parts += [f"saved `{saved}`"] if saved else []
     parts += [f"config `{setting.config}`"] if setting.config else []
     parts += [f"per request `{setting.per_request}`"] if setting.per_request else []
     return ", ".join(parts).replace("|", "\\|")
@@ -236,7 +298,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=[s.name for s in SETTINGS])
     parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
     parser.add_argument("--out", type=Path, help="write the table here (markdown)")
+    parser.add_argument("--append", action="store_true", help="add the rows run to the table --out holds")
     args = parser.parse_args()
+    if args.append and not (args.out and args.out.exists()):
+        parser.error("--append adds rows to an existing table: name it with --out")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for setting in SETTINGS:
@@ -252,7 +317,9 @@ def main() -> None:
                 verdicts.append(" ".join(verdict.split()).replace("|", "\\|"))  # one table cell: a processor's error may span lines
                 print(f"{setting.name} / {impl}: {verdicts[-1]} ({seconds:.0f} s)", flush=True)
             rows.append(f"| {setting.arch} | {setting.what} | {how(setting)} | {', '.join(setting.stages)} | {' | '.join(verdicts)} |")
-    if args.out:
+    if args.append:
+        args.out.write_text(args.out.read_text().rstrip("\n") + "\n" + "\n".join(rows) + "\n")
+    elif args.out:
         args.out.write_text(
             "# Processor settings\n\n"
             f"`scripts/processor_settings.py` ({time.strftime('%Y-%m-%d')}): zoo checkpoints, and the sweep's checkpoints "

@@ -1,5 +1,5 @@
-"""Settings a checkpoint or a request may carry that the zoo does not ship: the helper
-that writes such a checkpoint, and one row of PROCESSOR_SETTINGS.md kept from rotting
+"""Settings a checkpoint or a request may carry that the zoo does not ship: the helpers
+that write such a checkpoint (settings saved beside its weights, or built into them), and one row of PROCESSOR_SETTINGS.md kept from rotting
 between runs of `scripts/processor_settings.py`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers.scripts import load_script
-from hf_bridge.zoo.variant import PROCESSOR_CONFIG, SECTION_FILES, variant
+from hf_bridge.zoo.variant import PROCESSOR_CONFIG, SECTION_FILES, rebuilt, variant
 
 IMAGE_PROCESSOR_CONFIG = SECTION_FILES["image_processor"]
 
@@ -47,6 +47,26 @@ def test_variant_sets_only_the_keys_asked_for_and_links_the_weights(tmp_path, ne
 def test_variant_refuses_a_part_a_processor_does_not_have(tmp_path):
     with pytest.raises(TypeError, match="no processor part image_procesor; parts are image_processor"):
         variant(_checkpoint(tmp_path / "original", True), tmp_path / "copy", image_procesor={"size": 1})
+
+
+def test_a_rebuilt_zoo_model_draws_its_weights_with_the_settings_made(tmp_path):
+    """Two feature layers concatenated: the projector's input doubles, which `variant`'s
+    linked weights cannot follow; a processor's nested part is set the same way."""
+    from safetensors import safe_open
+
+    from hf_bridge.clean_interpreter import CleanCallFailed
+
+    model_dir = rebuilt("llava", tmp_path / "llava", config={"vision_feature_layer": [-2, -1]},
+                        processor={"image_processor.do_center_crop": False})
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["vision_feature_layer"] == [-2, -1]
+    with safe_open(model_dir / "model.safetensors", "pt") as weights:
+        name = next(n for n in weights.keys() if n.endswith("multi_modal_projector.linear_1.weight"))
+        assert weights.get_slice(name).get_shape()[1] == 2 * config["vision_config"]["hidden_size"]
+    image_processor = json.loads((model_dir / PROCESSOR_CONFIG).read_text())["image_processor"]
+    assert image_processor["do_center_crop"] is False
+    with pytest.raises(CleanCallFailed, match="LlavaConfig has no 'vision_feature_layers' to set"):
+        rebuilt("llava", tmp_path / "typo", config={"vision_feature_layers": [-2, -1]})
 
 
 @pytest.mark.engine

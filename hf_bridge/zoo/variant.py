@@ -1,9 +1,11 @@
-"""A checkpoint with some of its settings changed, its weights linked rather than copied:
-how the tests, the benchmarks and the processor-settings sweep try settings the zoo does
-not ship."""
+"""A checkpoint with some of its settings changed: its weights linked rather than copied
+(`variant`), or a zoo model built afresh with settings made before its weights are drawn
+(`rebuilt`, for a setting that changes their shapes). How the tests, the benchmarks and
+the processor-settings sweep try settings the zoo does not ship."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -60,3 +62,50 @@ def _read(path: Path) -> dict[str, Any]:
 def _update(path: Path, keys: dict[str, Any]) -> None:
     if keys:
         path.write_text(json.dumps({**_read(path), **keys}, indent=2))
+
+
+def rebuilt(
+    name: str,
+    into: Path,
+    *,
+    config: dict[str, Any] | None = None,
+    processor: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Build zoo model `name` afresh into `into` (a new directory) with `config`'s and
+    `processor`'s attributes set on the objects its recipe makes, before the weights are
+    drawn: dotted paths into their parts (`text_config.sliding_window`,
+    `image_processor.merge_size`). In a clean interpreter, as the zoo builds."""
+    from ..clean_interpreter import CleanCall
+
+    CleanCall(_build_rebuilt, name, Path(into), config or {}, processor or {}, seed,
+              doing=f"building zoo model {name!r} with {config or {}} {processor or {}}").result()
+    return Path(into)
+
+
+def _build_rebuilt(name: str, into: Path, config: dict[str, Any], processor: dict[str, Any], seed: int) -> None:
+    from .build import build_checkpoint
+    from .specs import SPECS
+
+    spec = SPECS[name]
+
+    def make_config(tokenizer):
+        return _with_attributes(spec.make_config(tokenizer), config)
+
+    def make_processor(tokenizer):
+        return _with_attributes(spec.make_processor(tokenizer), processor)
+
+    stamp = {"rebuilt_from": name, "seed": seed, "config": config, "processor": processor}
+    build_checkpoint(dataclasses.replace(spec, make_config=make_config, make_processor=make_processor), into, stamp, seed)
+
+
+def _with_attributes(target: Any, attributes: dict[str, Any]) -> Any:
+    for path, value in attributes.items():
+        *parents, attribute = path.split(".")
+        owner = target
+        for parent in parents:
+            owner = getattr(owner, parent)
+        if not hasattr(owner, attribute):
+            raise AttributeError(f"{type(owner).__name__} has no {attribute!r} to set ({path})")
+        setattr(owner, attribute, value)
+    return target
