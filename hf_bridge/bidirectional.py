@@ -36,6 +36,7 @@ from vllm.platforms import current_platform
 from . import LOGGER_NAME
 from .head import generation_class
 from .hf_classes import base_model_class, forward_reads
+from .whole_prompts import prefill_prompts_whole
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -174,7 +175,8 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
                         "so that its tokens attend to each other both ways.")
             scheduler_config.disable_chunked_mm_input = True
         if attends_across_prompt(model_config.hf_config):
-            KeepMediaItemsWhole._keep_prompts_whole(vllm_config)
+            prefill_prompts_whole(vllm_config, "it attends both ways over its whole prompt: a prompt block's keys "
+                                  "depend on the prompt after it")
 
     @staticmethod
     def _keep_prefix_without_media(model_config) -> None:
@@ -189,15 +191,3 @@ class KeepMediaItemsWhole(VerifyAndUpdateConfig):
             model_config.model_arch_config = dataclasses.replace(model_config.model_arch_config, is_mm_prefix_lm=True)
             vars(model_config).pop("is_mm_prefix_lm", None)  # vLLM's cached_property of the flag, read already
 
-    @staticmethod
-    def _keep_prompts_whole(vllm_config) -> None:
-        scheduler_config, cache_config = vllm_config.scheduler_config, vllm_config.cache_config
-        if scheduler_config.enable_chunked_prefill or cache_config.enable_prefix_caching:
-            logger.info("hf_bridge: %s attends both ways over its whole prompt, so each prompt is prefilled in "
-                        "one step (chunked prefill off) and prefix caching is off: a prompt block's keys depend "
-                        "on the prompt after it.", getattr(vllm_config.model_config.hf_config, "model_type", "this model"))
-        scheduler_config.enable_chunked_prefill = False
-        cache_config.enable_prefix_caching = False
-        scheduler_config.max_num_batched_tokens = max(
-            scheduler_config.max_num_batched_tokens, vllm_config.model_config.max_model_len
-        )

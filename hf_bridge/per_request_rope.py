@@ -11,6 +11,7 @@ from vllm.platforms import current_platform
 
 from .length_rope import PerRequestFrequencies, length_rope_types, length_rotaries
 from .step_kwargs import keep_eager
+from .whole_prompts import prefill_prompts_whole
 
 logger = init_logger(__name__)
 
@@ -49,20 +50,19 @@ def install_per_request_frequencies(text_model: torch.nn.Module) -> bool:
 
 
 def keep_frequencies_per_request(vllm_config) -> None:
-    """vLLM's config hook, for a model whose RoPE follows the length: no prefix caching (a
-    cached block's keys would carry the frequencies of the prompt that wrote them) and, on
-    a GPU, no CUDA graphs (a graph would replay one step's grouping of requests)."""
+    """vLLM's config hook, for a model whose RoPE follows the length: prompts prefilled
+    whole (transformers gives a prompt's every row the frequencies of its whole length; a
+    chunk would get those of the prompt so far) without prefix caching (a cached block's
+    keys would carry the frequencies of the prompt that wrote them) and, on a GPU, no CUDA
+    graphs (a graph would replay one step's grouping of requests)."""
     hf_config = vllm_config.model_config.hf_config
     text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     kinds = length_rope_types(text_config)
     if not kinds:
         return
     model_type = getattr(hf_config, "model_type", "this model")
-    cache_config, compilation_config = vllm_config.cache_config, vllm_config.compilation_config
-    if cache_config.enable_prefix_caching:
-        logger.info("hf_bridge: prefix caching is off for %s: its RoPE frequencies (%s) follow each prompt's length, "
-                    "so a cached block's keys hold the frequencies of the prompt that wrote them", model_type, ", ".join(kinds))
-        cache_config.enable_prefix_caching = False
+    prefill_prompts_whole(vllm_config, f"its RoPE frequencies ({', '.join(kinds)}) follow each prompt's whole length")
+    compilation_config = vllm_config.compilation_config
     if not current_platform.is_cpu() and compilation_config.cudagraph_mode != CUDAGraphMode.NONE:
         logger.info("hf_bridge: no CUDA graphs for %s: each step's requests get their RoPE frequencies by length, "
                     "grouped on the host", model_type)

@@ -130,3 +130,25 @@ def test_a_short_request_beside_a_long_one_keeps_parity(rope_type, short_case, l
     assert len(long_out.prompt_token_ids) > (1024 if rope_type == "longrope" else 2048)
     assert parity.compare(reference_long, parity.result_from_output(long_out)) == []
     assert parity.compare(reference_short, parity.result_from_output(short_out)) == []
+
+
+@pytest.mark.engine
+def test_a_prompt_longer_than_a_step_is_prefilled_whole(long_rope_checkpoints, engines):
+    """LongRoPE past its original length, the engine asked to prefill in chunks of 256
+    tokens: transformers gives every row of a prompt the frequencies of its whole length,
+    so the prompt is prefilled in one step, and keeps strict parity. Before, each chunk
+    took the frequencies of the prompt so far (the first four, within the original 1024
+    positions, the short factors), and the greedy tokens differed from transformers'."""
+    from hf_bridge.validate.checkpoint import load_processor
+    from hf_bridge.validate.reference import references
+
+    model_dir, words = long_rope_checkpoints["longrope"]
+    long = dataclasses.replace(parity.standard_cases(64)["text_only"], text="cat " * words)
+    (reference,) = references(model_dir, [long])
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1}, max_num_batched_tokens=256, enable_chunked_prefill=True)
+    config = llm.llm_engine.vllm_config
+    assert not config.scheduler_config.enable_chunked_prefill
+    assert config.scheduler_config.max_num_batched_tokens >= config.model_config.max_model_len
+    (output,) = llm.generate([parity.vllm_request(load_processor(model_dir), long)], parity.sampling_params(), use_tqdm=False)
+    assert len(output.prompt_token_ids) > 1024
+    assert parity.compare(reference, parity.result_from_output(output)) == []
