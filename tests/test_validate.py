@@ -676,9 +676,9 @@ def test_media_held_in_memory_are_written_as_vllm_parses_them(tmp_path, monkeypa
         ({"audios": [np.zeros(80, np.int16)]}, "audio 0 has samples a numpy ndarray of shape (80,) and dtype int16"),
         ({"videos": frames[0]}, "video 0 has frames a Image; give a file's path"),
     ]
-    for given, message in refusals:
+    for items, message in refusals:
         with pytest.raises(ValueError, match=re.escape(message)):
-            media_in_memory.as_files(**given, sampling_rate=lambda: 16000)
+            media_in_memory.as_files(**items, sampling_rate=lambda: 16000)
 
 
 @pytest.mark.engine
@@ -702,6 +702,25 @@ def test_validate_runs_items_a_notebook_holds(zoo, tmp_path, monkeypatch):
     assert {(v.case, v.stage): v.outcome for v in report.verdicts} == {("user", "processing"): PASS, ("user", "decoding"): PASS}, report
     with pytest.raises(SystemExit, match=re.escape("hf-bridge validate: image 0 is a numpy ndarray of shape (2, 2)")):
         run(zoo("qwen2_vl"), images=np.zeros((2, 2), np.uint8))
+
+
+@pytest.mark.engine
+def test_a_case_of_an_image_and_a_video_passes_where_one_entry_encodes_both(zoo, tmp_path, monkeypatch):
+    """InternVL encodes video frames with `get_image_features`, from the one `pixel_values`
+    its processor gives an image's tiles and a video's frames together: the processing
+    stage counted those rows once per modality (56 for the prompt's 28 positions) and
+    failed, saying transformers could not run a case whose decoding it passed."""
+    import numpy as np
+    from PIL import Image
+
+    from hf_bridge.validate.command import run
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 255, (90, 140, 3), dtype=np.uint8))
+    frames = rng.integers(0, 255, (4, 64, 80, 3), dtype=np.uint8)
+    report = run(zoo("internvl"), prompt="Compare these.", images=[image], videos=[frames])
+    assert {v.stage: v.outcome for v in report.verdicts} == {"processing": PASS, "encoder": PASS, "decoding": PASS}, report
 
 
 @pytest.mark.engine

@@ -135,10 +135,14 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     placeholders must announce. Asked directly, so a processor that announces more than
     the tower gives is measured, where the model's forward would only raise. Where the
     entry gives fewer rows than the prompt has positions and the forward fills them all
-    (Gemma 3n pads its audio to 188 rows), the forward's count stands."""
+    (Gemma 3n pads its audio to 188 rows), the forward's count stands; not where another
+    modality of the case may place rows at the same token (InternVL's video frames take
+    its image token), as the prompt's count is then both modalities'. Modalities whose
+    entry is one and the same (InternVL encodes video frames with `get_image_features`, from
+    the one `pixel_values` its processor gives images and frames) are counted once."""
     import torch
 
-    from ..features import encode, encodes_inline, feature_token_ids
+    from ..features import encode, encodes_inline, feature_token_ids, features_entry
 
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
@@ -148,9 +152,15 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
     prompt, tokens = inputs["input_ids"][0].tolist(), feature_token_ids(model.config)
 
+    def own_token(modality: str) -> int | None:
+        token = tokens.get(modality)
+        shared = any(tokens.get(other, token) == token for other in case.media_counts if other != modality)
+        return None if shared else token
+
     def count(modality: str) -> int:
         rows = encode(model, modality, fields, hidden).shape[0]
-        positions = prompt.count(tokens[modality]) if modality in tokens else 0
+        token = own_token(modality)
+        positions = prompt.count(token) if token is not None else 0
         if rows < positions:
             try:
                 rows = encode(model, modality, fields, hidden, num_embeds=positions).shape[0]
@@ -158,9 +168,13 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
                 pass
         return rows
 
+    by_entry: dict[object, str] = {}  # modalities one entry encodes from the same fields count once (InternVL's)
+    for modality in case.media_counts:
+        entry = features_entry(model, modality)
+        by_entry.setdefault(getattr(entry, "__func__", entry) if entry is not None else modality, modality)
     try:
         with torch.no_grad():
-            return sum(count(m) for m in case.media_counts)
+            return sum(count(m) for m in by_entry.values())
     except Exception as error:  # noqa: BLE001 - reported: the count could not be taken
         return f"get_*_features raised {type(error).__name__}: {error}"
 
