@@ -1,0 +1,110 @@
+"""Prompts that mix modalities (an image and a video, an image and audio, all three),
+which the standard cases never do: each zoo architecture and sweep type whose processor
+takes two or more of them, every combination through `hf-bridge validate`'s `run(...)`
+with the items held in memory (one 140 x 90 image, four 80 x 64 frames, one second of
+16 kHz audio), every stage against transformers given the same prompt, through hf_bridge.
+
+    .venv/bin/python scripts/mixed_modalities.py --out MIXED_MODALITIES.md   # all (about 15 minutes)
+    .venv/bin/python scripts/mixed_modalities.py --types internvl gemma3n     # printed only
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import tempfile
+import time
+from pathlib import Path
+
+ZOO = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "smolvlm")
+"""Zoo architectures whose processor takes images and video."""
+SWEEP_TYPES = ("glm4v", "glm46v", "qwen3_5", "video_llama_3", "perception_lm", "cosmos3_edge", "exaone4_5",
+               "hyperclovax_vision_v2", "llava_next_video", "video_llava", "minicpmv4_7", "muse_glimmer",
+               "qwen2_5_omni", "gemma3n", "gemma4")
+"""Types outside the zoo taking two or more modalities, built as the sweep builds them."""
+DETAIL_CHARS = 200
+
+
+def items() -> dict[str, dict]:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    seconds = np.arange(16000) / 16000
+    clip = (0.3 * np.sin(2 * np.pi * 440 * seconds) + 0.05 * rng.standard_normal(16000)).astype(np.float32)
+    return {
+        "image": {"images": [Image.fromarray(rng.integers(0, 255, (90, 140, 3), dtype=np.uint8))]},
+        "video": {"videos": [rng.integers(0, 255, (4, 64, 80, 3), dtype=np.uint8)]},
+        "audio": {"audios": [(clip, 16000)]},
+    }
+
+
+def modalities(model_dir: Path) -> list[str]:
+    """The modalities the checkpoint's processor has a part for, in `items`' order."""
+    from hf_bridge.validate.checkpoint import load_processor
+
+    processor = load_processor(model_dir)
+    parts = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
+    return [m for m, part in parts.items() if getattr(processor, part, None) is not None]
+
+
+def checkpoint(name: str, scratch: Path) -> Path:
+    from hf_bridge.clean_interpreter import CleanCall
+    from hf_bridge.zoo import SPECS, build
+    from hf_bridge.zoo.shrink import build_sweep_model
+
+    if name in SPECS:
+        return build(name)
+    model_dir = scratch / name
+    if not model_dir.exists():  # in a clean interpreter: an engine in this process decorates transformers' classes
+        CleanCall(build_sweep_model, name, model_dir, doing=f"building the sweep's {name}").result()
+    return model_dir
+
+
+def check(model_dir: Path, combination: tuple[str, ...]) -> str:
+    """The verdict of one combination: pass, naming the stages transformers could not run; or
+    the exit code and each verdict that did not pass."""
+    from hf_bridge.validate.command import run
+    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+
+    given = {key: value for modality in combination for key, value in items()[modality].items()}
+    report = run(model_dir, "hf_bridge", prompt="Compare these.", **given)
+    failed = [v for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
+    unrun = [v for v in report.verdicts if v.outcome == NOT_APPLICABLE]
+    named = failed or unrun
+    said = "; ".join(f"{v.stage}: {v.outcome}: {' '.join(v.detail.split())[:DETAIL_CHARS]}" for v in named[:1])
+    if failed:
+        return f"exit {report.exit_code}: {len(failed)} not passed, first {said}"
+    if unrun:
+        return f"n/a: transformers cannot run it ({said})"
+    return "pass"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--types", nargs="+", default=[*ZOO, *SWEEP_TYPES])
+    parser.add_argument("--scratch", type=Path, help="keep the sweep's builds here (default: a temporary directory)")
+    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as temporary:
+        scratch = args.scratch or Path(temporary)
+        for name in args.types:
+            model_dir = checkpoint(name, scratch)
+            for size in (2, 3):
+                for combination in itertools.combinations(modalities(model_dir), size):
+                    verdict = check(model_dir, combination).replace("|", "\\|")
+                    print(f"{name} / {' + '.join(combination)}: {verdict}", flush=True)
+                    rows.append(f"| {name} | {' + '.join(combination)} | {verdict} |")
+    if args.out:
+        args.out.write_text(
+            "# Prompts that mix modalities\n\n"
+            f"`scripts/mixed_modalities.py` ({time.strftime('%Y-%m-%d')}): {' '.join(__doc__.split(chr(10) * 2)[0].split())} "
+            "Decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3, float32. n/a: transformers "
+            "itself raised on the prompt, so nothing was compared.\n\n"
+            "| architecture | items | hf_bridge |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
