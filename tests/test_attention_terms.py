@@ -134,8 +134,8 @@ def test_a_soft_cap_other_than_vllms_layer_applies_is_refused():
 def test_a_config_soft_cap_the_model_never_applies_is_not_applied(zoo, engines, tmp_path, hf_bridge_log):
     """Gemma 3's config with `attn_logit_softcapping` set, which its attention never hands
     on: vLLM built every layer with it, so the scores were capped where transformers' are
-    not (both backends; tokens differed from the second on, log-probs by up to 2.6). Now
-    strict parity, images and text."""
+    not (both backends: a text's tokens apart from the second, its prompt's log-probs up to
+    2.6; an image's tokens apart from the first). Now strict parity, images and text."""
     import json
 
     from hf_bridge.validate.checkpoint import load_processor
