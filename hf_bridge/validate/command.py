@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stages", required=True)
     parser.add_argument("--cases", required=True, help="JSON list of `parity.Case` keys")
     parser.add_argument("--encoder-rows", type=Path)
-    parser.add_argument("--check", required=True, help="JSON of a `EngineCheck`")
+    parser.add_argument("--check", required=True, help="JSON of an `EngineCheck`")
     args = parser.parse_args(argv)
     impl, model_dir = args.worker
     worker(impl, model_dir, args.stages.split(","), json.loads(args.cases), args.encoder_rows, EngineCheck(**json.loads(args.check)))

@@ -116,7 +116,7 @@ def read_video_file(path: str) -> tuple[np.ndarray, dict[str, Any]]:
 
 
 def _stored(content: bytes, suffix: str) -> str:
-    """`content` in `media_dir()`, named by its digest; written whole or not at all."""
+    """`content` in `cache_dir(MEDIA_DIR)`, named by its digest; written whole or not at all."""
     directory = cache_dir(MEDIA_DIR)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{hashlib.sha256(content).hexdigest()[:32]}{suffix}"
