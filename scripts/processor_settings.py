@@ -43,6 +43,10 @@ class Setting:
     stages: tuple[str, ...] = ALL_STAGES
 
 
+SMALL_TOWER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "image_size": 56, "patch_size": 14}
+"""A tower the size of the zoo LLaVA's CLIP, for its 56-pixel images."""
+
 SETTINGS = [
     Setting("idefics3-no-splitting", "idefics3", "no tiles, one image", image_processor={"do_image_splitting": False}),
     Setting("idefics3-larger-images", "idefics3", "images up to 224 px: more tiles", image_processor={"size": {"longest_edge": 224}}),
@@ -232,6 +236,19 @@ SETTINGS = [
                      "config.vision_config.norm_type": "rms_norm"}),
     Setting("smolvlm-scale-4", "smolvlm", "pixel shuffle by 4 (the zoo's 2): one token per tile",
             rebuilt={"config.scale_factor": 4, "processor.image_seq_len": 1}),
+    # LLaVA over another tower (its config names any vision model by `model_type`)
+    *(Setting(f"llava-{kind}-tower", "llava", what, rebuilt={
+        "config.vision_config": {"model_type": kind, **SMALL_TOWER, **tower}, "config.vision_feature_select_strategy": strategy,
+        "processor.vision_feature_select_strategy": strategy, "processor.num_additional_image_tokens": extra_tokens})
+      for kind, tower, strategy, extra_tokens, what in [
+          ("siglip_vision_model", {}, "full", 0, "a SigLIP tower with its pooling head, every patch's features "
+                                                 "(as llava-interleave's)"),
+          ("dinov2", {}, "default", 1, "a DINOv2 tower, its class token dropped"),
+          ("dinov2_with_registers", {"num_register_tokens": 4}, "full", 5,
+           "a DINOv2 tower with 4 register tokens, class and register tokens kept"),
+          ("vit", {}, "default", 1, "a ViT tower, its class token dropped"),
+          ("aimv2_vision_model", {}, "full", 0, "an AIMv2 tower (no class token)"),
+      ]),
 ]
 
 

@@ -50,19 +50,23 @@ def test_variant_refuses_a_part_a_processor_does_not_have(tmp_path):
 
 
 def test_a_rebuilt_zoo_model_draws_its_weights_with_the_settings_made(tmp_path):
-    """Two feature layers concatenated: the projector's input doubles, which `variant`'s
-    linked weights cannot follow; a processor's nested part is set the same way."""
+    """Two feature layers concatenated, of another tower (a sub-config replaced whole): the
+    projector's input doubles, which `variant`'s linked weights cannot follow; a
+    processor's nested part is set the same way."""
     from safetensors import safe_open
 
     from hf_bridge.clean_interpreter import CleanCallFailed
 
-    model_dir = rebuilt("llava", tmp_path / "llava", config={"vision_feature_layer": [-2, -1]},
+    tower = {"model_type": "dinov2", "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "image_size": 56, "patch_size": 14}
+    model_dir = rebuilt("llava", tmp_path / "llava", config={"vision_feature_layer": [-2, -1], "vision_config": tower},
                         processor={"image_processor.do_center_crop": False})
     config = json.loads((model_dir / "config.json").read_text())
     assert config["vision_feature_layer"] == [-2, -1]
+    assert (config["vision_config"]["model_type"], config["vision_config"]["hidden_size"]) == ("dinov2", 48)
     with safe_open(model_dir / "model.safetensors", "pt") as weights:
         name = next(n for n in weights.keys() if n.endswith("multi_modal_projector.linear_1.weight"))
-        assert weights.get_slice(name).get_shape()[1] == 2 * config["vision_config"]["hidden_size"]
+        assert weights.get_slice(name).get_shape()[1] == 2 * 48
     image_processor = json.loads((model_dir / PROCESSOR_CONFIG).read_text())["image_processor"]
     assert image_processor["do_center_crop"] is False
     with pytest.raises(CleanCallFailed, match="LlavaConfig has no 'vision_feature_layers' to set"):

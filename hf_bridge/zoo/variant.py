@@ -75,7 +75,8 @@ def rebuilt(
     """Build zoo model `name` afresh into `into` (a new directory) with `config`'s and
     `processor`'s attributes set on the objects its recipe makes, before the weights are
     drawn: dotted paths into their parts (`text_config.sliding_window`,
-    `image_processor.merge_size`). In a clean interpreter, as the zoo builds."""
+    `image_processor.merge_size`); a sub-config replaced whole is a dict naming its
+    `model_type`. In a clean interpreter, as the zoo builds."""
     from ..clean_interpreter import CleanCall
 
     CleanCall(_build_rebuilt, name, Path(into), config or {}, processor or {}, seed,
@@ -107,5 +108,15 @@ def _with_attributes(target: Any, attributes: dict[str, Any]) -> Any:
             owner = getattr(owner, parent)
         if not hasattr(owner, attribute):
             raise AttributeError(f"{type(owner).__name__} has no {attribute!r} to set ({path})")
-        setattr(owner, attribute, value)
+        setattr(owner, attribute, _as_sub_config(getattr(owner, attribute), value))
     return target
+
+
+def _as_sub_config(current: Any, value: Any) -> Any:
+    """`value`, or where it replaces a whole sub-config (another tower's `vision_config`)
+    and names a `model_type`, that type's config made from it."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(current, PretrainedConfig) and isinstance(value, dict) and "model_type" in value:
+        return AutoConfig.for_model(**value)
+    return value
