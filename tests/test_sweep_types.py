@@ -191,6 +191,25 @@ def test_media_one_forward_encodes_together_are_refused_together(generic_checkpo
     assert parity.compare(reference, parity.vllm_result(llm, processor, audio)) == []
 
 
+@pytest.mark.engine
+def test_gemma4_video_of_fewer_frames_than_it_samples_keeps_parity(generic_checkpoints, engines):
+    """Gemma 4's video processor samples 32 frames and refuses fewer; asked per request for
+    the 4 given, its video passes. transformers' plain forward drops the
+    `num_frames_per_video` its `generate` hands the tower, so the reference's prompt forward
+    runs as `generate`'s prefill does (`parity.prompt_forward`): before, every Gemma 4 video
+    was a case transformers could not run, and nothing was compared."""
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["gemma4"]
+    video = dataclasses.replace(parity.standard_cases(64)["video"], processor_kwargs=json.dumps({"num_frames": 4}))
+    (reference,) = references(model_dir, [video])
+    assert isinstance(reference, parity.Result), f"transformers could not run the video: {reference.error}"
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    assert parity.compare(reference, parity.vllm_result(llm, processor, video)) == []
+
+
 def assert_standard_cases_keep_parity(llm, processor, model_dir, names: tuple[str, ...]) -> None:
     cases = parity.standard_cases(64)
     for name, reference in zip(names, references(model_dir, [cases[name] for name in names])):

@@ -52,7 +52,7 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
             counts[case.name] = encoder_row_count(model, inputs, case)
             try:
                 with torch.no_grad():
-                    model(**inputs)
+                    parity.prompt_forward(model, inputs)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
                 out[case.name] = f"{TRANSFORMERS_RAISED}{type(error).__name__}: {error}"
                 continue

@@ -346,6 +346,26 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     return model if delegate is None else getattr(model, delegate.attribute)
 
 
+def prompt_forward(model, inputs):
+    """The model's forward over a prompt; where that raises and the model takes
+    `mm_encoder_outputs`, the forward as `generate`'s prefill runs it: media encoded
+    first, each `get_<modality>_features` given every input it takes (transformers' own
+    step, called, not copied). Gemma 4's plain forward drops `num_frames_per_video`, so it
+    raised on every video its `generate` runs. Only then: that step also takes away
+    inputs a forward still reads (Qwen2-VL's `image_grid_thw`, for its M-RoPE positions),
+    and its prompt log-probs were 2.8 apart. Where both raise, the plain forward's error."""
+    try:
+        return model(**inputs)
+    except Exception as plain:  # noqa: BLE001 - transformers' own code, whatever it raises
+        prepare = getattr(model, "_maybe_prepare_encoder_kwargs_for_generation", None)
+        if prepare is None or model.config.is_encoder_decoder or not model._supports_mm_encoder_outputs():
+            raise
+        try:
+            return model(**prepare(inputs.get("input_ids"), dict(inputs), "input_ids", model.generation_config))
+        except Exception:  # noqa: BLE001 - the plain forward's failure is the one to report
+            raise plain from None
+
+
 def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, processor=None, inputs=None) -> Result:
     """Greedy generation and log-probs from transformers itself, in the model's dtype
     (float32; float64 for the rounding check, bfloat16 for an engine in bfloat16; media
@@ -375,7 +395,7 @@ def hf_reference(model_dir: str | Path, case: Case | None, *, model=None, proces
         forward_inputs = {k: v for k, v in inputs.items() if k != "input_ids"} if "inputs_embeds" in inputs else inputs
         for rotary in rotaries:
             forget_length(rotary)
-        prompt_logits = model(**forward_inputs).logits[0].float()
+        prompt_logits = prompt_forward(model, forward_inputs).logits[0].float()
     ids = out.sequences[0].tolist()
     tokens = ids[prompt_len:]
     steps = [torch.log_softmax(step[0].float(), -1) for step in out.logits]
