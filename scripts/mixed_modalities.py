@@ -21,11 +21,11 @@ ZOO = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "smo
 """Zoo architectures whose processor takes images and video."""
 SWEEP_TYPES = ("glm4v", "glm46v", "qwen3_5", "video_llama_3", "perception_lm", "cosmos3_edge", "exaone4_5",
                "hyperclovax_vision_v2", "llava_next_video", "video_llava", "minicpmv4_7", "muse_glimmer",
-               "qwen2_5_omni", "gemma3n", "gemma4")
+               "qwen2_5_omni", "gemma3n", "gemma4", "gemma4_unified")
 """Types outside the zoo taking two or more modalities, built as the sweep builds them."""
-PER_REQUEST = {"gemma4": {"num_frames": 4}}
+PER_REQUEST = {"gemma4": {"num_frames": 4}, "gemma4_unified": {"num_frames": 4}}
 """Processor settings given per request where a type's defaults refuse the items: Gemma 4's
-video processor samples 32 frames, more than the four given."""
+video processors sample 32 frames, more than the four given."""
 DETAIL_CHARS = 200
 
 
