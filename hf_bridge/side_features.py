@@ -139,12 +139,17 @@ class SideFeatures:
         self._pending = buffer
 
     def split(self, embeddings, is_multimodal: torch.Tensor | None, num_tokens: int):
-        """Strip side columns off `embeddings`; keep them, placed at their tokens, for the step."""
+        """Strip side columns off `embeddings`; keep them, placed at their tokens, for the
+        step. An item without them (Qwen3-Omni's audio, beside its images and video in a
+        prompt or a step) gets zeros there, which add nothing: transformers adds side
+        features at visual positions only."""
         self._pending = None
-        if not embeddings or embeddings[0].shape[-1] == self.hidden_size or is_multimodal is None:
+        width = max((e.shape[-1] for e in embeddings), default=self.hidden_size)
+        if width == self.hidden_size or is_multimodal is None:
             return embeddings
         main = [e[:, : self.hidden_size] for e in embeddings]
-        side = torch.cat([e[:, self.hidden_size :] for e in embeddings])
+        side = torch.cat([e.new_zeros(e.shape[0], width - self.hidden_size) if e.shape[-1] == self.hidden_size
+                          else e[:, self.hidden_size :] for e in embeddings])
         buffer = side.new_zeros(num_tokens, side.shape[-1])
         buffer[is_multimodal] = side
         self._pending = buffer

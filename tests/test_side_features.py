@@ -50,6 +50,29 @@ def test_padded_step_gets_zeros_and_plain_embeddings_pass_through():
     assert side.decoder_kwargs(3) == {}
 
 
+@pytest.mark.parametrize("plain_first", [True, False])
+def test_an_item_without_side_features_beside_one_with_them_gets_zeros(plain_first):
+    """Qwen3-Omni's audio has no deepstack levels, its images do: in one prompt or step, the
+    audio's rows pass as they are and add nothing (zeros at its tokens). Before, the step
+    raised "Sizes of tensors must match" and stopped the engine, or, with the audio first,
+    left the image's side columns in its rows."""
+    audio, image_rows, image_level = torch.randn(2, H), torch.randn(3, H), torch.randn(3, H)
+    embeddings = [audio, widen(image_rows, [image_level])]
+    is_mm = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    if not plain_first:
+        embeddings.reverse()
+    side = SideFeatures(H)
+    main = side.split(embeddings, is_mm, num_tokens=6)
+    assert [tuple(m.shape) for m in main] == [tuple(e.shape[:1]) + (H,) for e in embeddings]
+    assert torch.equal(main[0 if plain_first else 1], audio)
+    (level,) = side.decoder_kwargs(num_tokens=6)[DECODER_FEATURES_ARG]
+    first, second = is_mm.nonzero()[:, 0].split([embeddings[0].shape[0], embeddings[1].shape[0]])
+    image_tokens = second if plain_first else first
+    expected = torch.zeros(6, H)
+    expected[image_tokens] = image_level
+    assert torch.equal(level, expected)  # zeros at the audio's tokens and at text
+
+
 def test_installed_wrapper_injects_only_when_features_are_pending():
     seen = {}
 

@@ -66,7 +66,8 @@ backend cannot count its tokens) and Qwen3-Omni-MoE (a whole model whose class h
 forward: its `thinker`, a generation class with its decoder and head beside its towers,
 writes the text, `hf_classes.text_generation_delegate`; deepstack features on that
 decoder; its forward hands the processor's `video_second_per_grid` to `get_rope_index` as
-`second_per_grids`, `mrope.names_handed_over`; the in-tree backend cannot start it).
+`second_per_grids`, `mrope.names_handed_over`; its audio beside an image, rows without
+deepstack levels beside rows with them; the in-tree backend cannot start it).
 Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer,
@@ -208,6 +209,22 @@ def test_gemma4_video_of_fewer_frames_than_it_samples_keeps_parity(generic_check
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     assert parity.compare(reference, parity.vllm_result(llm, processor, video)) == []
+
+
+@pytest.mark.engine
+def test_qwen3_omni_audio_beside_an_image_keeps_parity(generic_checkpoints, engines):
+    """Qwen3-Omni's image carries deepstack levels as extra columns of its rows, its audio
+    none: in one prompt, the audio's rows get zeros there (`SideFeatures.split`). Before,
+    the step raised "Sizes of tensors must match" and stopped the engine."""
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["qwen3_omni_moe"]
+    mixed = parity.Case("image_and_audio", 64, num_images=1, num_audios=1, text="Compare these.")
+    (reference,) = references(model_dir, [mixed])
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    assert parity.compare(reference, parity.vllm_result(llm, processor, mixed)) == []
 
 
 def assert_standard_cases_keep_parity(llm, processor, model_dir, names: tuple[str, ...]) -> None:
