@@ -4,7 +4,7 @@ takes two or more of them, every combination through `hf-bridge validate`'s `run
 with the items held in memory (one 140 x 90 image, four 80 x 64 frames, one second of
 16 kHz audio), every stage against transformers given the same prompt, through hf_bridge.
 
-    .venv/bin/python scripts/mixed_modalities.py --out MIXED_MODALITIES.md   # all (about 15 minutes)
+    .venv/bin/python scripts/mixed_modalities.py --out MIXED_MODALITIES.md   # all (about 25 minutes)
     .venv/bin/python scripts/mixed_modalities.py --types internvl gemma3n     # printed only
 """
 
@@ -21,8 +21,12 @@ ZOO = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "smo
 """Zoo architectures whose processor takes images and video."""
 SWEEP_TYPES = ("glm4v", "glm46v", "qwen3_5", "video_llama_3", "perception_lm", "cosmos3_edge", "exaone4_5",
                "hyperclovax_vision_v2", "llava_next_video", "video_llava", "minicpmv4_7", "muse_glimmer",
-               "qwen2_5_omni", "gemma3n", "gemma4", "gemma4_unified")
-"""Types outside the zoo taking two or more modalities, built as the sweep builds them."""
+               "qwen2_5_omni", "gemma3n", "gemma4", "gemma4_unified", "cohere_compass", "ernie4_5_vl_moe", "glm4v_moe",
+               "kimi_k25", "minicpmv4_6", "minimax_m3_vl", "nemotron_h_omni", "phi4_multimodal", "qwen3_5_moe",
+               "qwen3_omni_moe", "qwen3_vl_moe")
+"""Types outside the zoo taking two or more modalities, built as the sweep builds them: every
+such type COVERAGE.md lists that hf_bridge serves (it refuses GLM-5-Next's and Qwen4-Exp's
+sparse attention and Inkling's shared states at start)."""
 PER_REQUEST = {"gemma4": {"num_frames": 4}, "gemma4_unified": {"num_frames": 4}}
 """Processor settings given per request where a type's defaults refuse the items: Gemma 4's
 video processors sample 32 frames, more than the four given."""
@@ -46,12 +50,13 @@ def items() -> dict[str, dict]:
 
 
 def modalities(model_dir: Path) -> list[str]:
-    """The modalities the checkpoint's processor has a part for, in `items`' order."""
+    """The modalities the checkpoint's processor has a part for, in `items`' order (an
+    audio part is a `feature_extractor` or, as Phi-4-multimodal's, an `audio_processor`)."""
+    from hf_bridge.probes import processor_modalities
     from hf_bridge.validate.checkpoint import load_processor
 
-    processor = load_processor(model_dir)
-    parts = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
-    return [m for m, part in parts.items() if getattr(processor, part, None) is not None]
+    parts = processor_modalities(load_processor(model_dir))
+    return [m for m in items() if m in parts]
 
 
 def checkpoint(name: str, scratch: Path) -> Path:
@@ -96,10 +101,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temporary:
         scratch = args.scratch or Path(temporary)
         for name in args.types:
-            model_dir = checkpoint(name, scratch)
+            model_dir, per_request = checkpoint(name, scratch), PER_REQUEST.get(name)
             for size in (2, 3):
                 for combination in itertools.combinations(modalities(model_dir), size):
-                    per_request = PER_REQUEST.get(name)
                     verdict = check(model_dir, combination, per_request).replace("|", "\\|")
                     given = " + ".join(combination) + (f" (per request `{per_request}`)" if per_request else "")
                     print(f"{name} / {given}: {verdict}", flush=True)
