@@ -164,6 +164,31 @@ def features_entry(hf_model: torch.nn.Module, modality: str):
     return getattr(hf_model, name)
 
 
+def encoding_modality(hf_model: torch.nn.Module | type, typed: str, own: str, item_keys) -> str:
+    """The modality whose entry on the HF model (or model class) encodes an item of
+    modality `own` that its processor typed as `typed`: the typed one (InternVL types a video's frames as image tokens, hands
+    them over as `pixel_values` and encodes them as images), unless that entry takes none
+    of the item's fields (`item_keys`) where its own modality's entry takes some:
+    Nemotron-H-Omni types a video's tokens as image tokens too, and encodes its
+    `pixel_values_videos` with `get_video_features`."""
+    if typed == own:
+        return typed
+    model_class = hf_model if isinstance(hf_model, type) else type(hf_model)
+    return _encoding_modality(model_class, typed, own, frozenset(item_keys))
+
+
+@functools.lru_cache(maxsize=None)
+def _encoding_modality(model_class: type, typed: str, own: str, item_keys: frozenset[str]) -> str:
+    def takes_the_item(modality: str) -> bool:
+        name = features_entry_name(model_class, modality)
+        if name is None:
+            return False
+        parameters = inspect.signature(getattr(model_class, name)).parameters.values()
+        return any(p.name in item_keys for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+
+    return own if takes_the_item(own) and not takes_the_item(typed) else typed
+
+
 SUB_CONFIG_PREFIX = {"image": "vision"}
 """The sub-config a modality's tower is configured in, where not named for the modality."""
 

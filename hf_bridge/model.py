@@ -647,6 +647,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         stacked = {k.removeprefix(prefix): v for k, v in kwargs.items() if k.startswith(prefix) and isinstance(v, torch.Tensor)}
         data = {k.removeprefix(prefix): split.unbatched(v) for k, v in kwargs.items() if k.startswith(prefix)}
         items = [{k: values[i] for k, values in data.items()} for i in range(len(counts))]
+        encoder = features.encoding_modality(self.model, encoder, modality, data)
         signatures = [
             split.item_signature({k: tuple(v.shape) if isinstance(v, torch.Tensor) else repr(v) for k, v in item.items()})
             for item in items

@@ -20,7 +20,7 @@ from transformers import (
     Qwen2AudioModel,
 )
 
-from hf_bridge.features import encode, encodes_inline, feature_token_ids
+from hf_bridge.features import encode, encodes_inline, encoding_modality, feature_token_ids
 
 AUDIO_TOKEN = 150
 HIDDEN = 32
@@ -219,3 +219,17 @@ def test_a_one_row_call_that_fails_beside_a_copy_too_raises_its_own_error(mistra
             encode(mistral3, "image", {"pixel_values": torch.randn(1, 3, 28, 28), "image_sizes": sizes}, HIDDEN, num_embeds=1)
         with torch.no_grad(), pytest.raises(RuntimeError, match=r"expected input\[1, 2, 28, 28\] to have 3 channels"):
             encode(mistral3, "image", {"pixel_values": bad, "image_sizes": sizes}, HIDDEN, num_embeds=1)
+
+
+def test_an_item_is_encoded_by_the_entry_that_takes_its_fields():
+    """InternVL types a video's frames as image tokens and hands them over as `pixel_values`:
+    its image entry encodes them. Nemotron-H-Omni types them as image tokens too, but hands
+    over `pixel_values_videos`, which only its `get_video_features` takes."""
+    from transformers.models.internvl.modeling_internvl import InternVLModel
+    from transformers.models.nemotron_h_omni.modeling_nemotron_h_omni import NemotronH_Omni_Reasoning_V3
+
+    internvl, nemotron = InternVLModel, NemotronH_Omni_Reasoning_V3
+    assert encoding_modality(internvl, "image", "video", {"pixel_values"}) == "image"
+    assert encoding_modality(nemotron, "image", "video", {"pixel_values_videos"}) == "video"
+    assert encoding_modality(nemotron, "image", "image", {"pixel_values", "image_grid_hw"}) == "image"
+    assert encoding_modality(nemotron, "image", "video", {"pixel_values", "image_grid_hw"}) == "image"

@@ -59,7 +59,9 @@ Nemotron-H-Omni (a type whose one class is its generation class, holding a whole
 `NemotronHForCausalLM` whose logits its forward returns, so `AutoModel` has nothing to
 build: `hf_classes.register_generation_class_alone`; Mamba layers on state slots; a
 Parakeet audio tower whose subsampling tells its `nn.Conv2d` layers apart by type,
-`kept_modules.layers_checked_by_type`; the in-tree backend cannot process its items) and
+`kept_modules.layers_checked_by_type`; a video written with the image token and typed as
+image, which only its `get_video_features` takes, `features.encoding_modality`; the in-tree
+backend cannot process its items) and
 Janus (a processor that names its image token by its text alone and lists no id, so
 transformers' token types come back all zeros: `probes.named_token_ids`; the in-tree
 backend cannot count its tokens) and Qwen3-Omni-MoE (a whole model whose class has no
@@ -225,6 +227,38 @@ def test_qwen3_omni_audio_beside_an_image_keeps_parity(generic_checkpoints, engi
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     assert parity.compare(reference, parity.vllm_result(llm, processor, mixed)) == []
+
+
+@pytest.mark.engine
+def test_nemotron_h_omni_video_typed_as_image_is_encoded_as_video(generic_checkpoints, engines):
+    """Nemotron-H-Omni's processor writes a video's frames with the image token and types
+    them as image tokens; its model encodes `pixel_values_videos` with `get_video_features`
+    (`features.encoding_modality`). hf_bridge called `get_image_features` on them, which
+    raised in the worker and stopped the engine. transformers' own forward cannot place
+    video rows (it `torch.cat`s a tensor), so the reference is its model on the prompt
+    with `get_video_features`' rows at the video's feature tokens."""
+    import torch
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["nemotron_h_omni"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    video = parity.standard_cases(64)["video"]
+    model = parity.load_generation_model(model_dir)
+    inputs = parity.model_inputs(model, processor, video)
+    with torch.no_grad(), pytest.raises(TypeError, match=r"cat\(\): argument 'tensors' .* must be tuple of Tensors, not Tensor"):
+        model(**inputs)
+    with torch.no_grad():
+        rows = model.get_video_features(inputs["pixel_values_videos"]).pooler_output
+        rows = rows.reshape(-1, model.config.get_text_config().hidden_size)
+        embeds = model.get_input_embeddings()(inputs["input_ids"])
+        at_features = inputs["input_ids"] == model.config.image_token_id
+        assert int(at_features.sum()) == rows.shape[0]
+        embeds[at_features] = rows
+    reference = parity.hf_reference(model_dir, None, model=model, inputs={
+        "input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"], "inputs_embeds": embeds})
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    assert parity.compare(reference, parity.vllm_result(llm, processor, video)) == []
 
 
 def assert_standard_cases_keep_parity(llm, processor, model_dir, names: tuple[str, ...]) -> None:
