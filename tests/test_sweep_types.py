@@ -201,16 +201,8 @@ def test_gemma4_video_of_fewer_frames_than_it_samples_keeps_parity(generic_check
     `num_frames_per_video` its `generate` hands the tower, so the reference's prompt forward
     runs as `generate`'s prefill does (`parity.prompt_forward`): before, every Gemma 4 video
     was a case transformers could not run, and nothing was compared."""
-    from transformers import AutoProcessor
-
-    model_dir = generic_checkpoints["gemma4"]
     video = dataclasses.replace(parity.standard_cases(64)["video"], processor_kwargs=json.dumps({"num_frames": 4}))
-    (reference,) = references(model_dir, [video])
-    assert isinstance(reference, parity.Result), f"transformers could not run the video: {reference.error}"
-    assert not parity.is_degenerate(reference.tokens), reference.tokens
-    processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
-    assert parity.compare(reference, parity.vllm_result(llm, processor, video)) == []
+    assert_case_keeps_parity(generic_checkpoints["gemma4"], video, engines)
 
 
 @pytest.mark.engine
@@ -218,15 +210,8 @@ def test_qwen3_omni_audio_beside_an_image_keeps_parity(generic_checkpoints, engi
     """Qwen3-Omni's image carries deepstack levels as extra columns of its rows, its audio
     none: in one prompt, the audio's rows get zeros there (`SideFeatures.split`). Before,
     the step raised "Sizes of tensors must match" and stopped the engine."""
-    from transformers import AutoProcessor
-
-    model_dir = generic_checkpoints["qwen3_omni_moe"]
     mixed = parity.Case("image_and_audio", 64, num_images=1, num_audios=1, text="Compare these.")
-    (reference,) = references(model_dir, [mixed])
-    assert not parity.is_degenerate(reference.tokens), reference.tokens
-    processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
-    assert parity.compare(reference, parity.vllm_result(llm, processor, mixed)) == []
+    assert_case_keeps_parity(generic_checkpoints["qwen3_omni_moe"], mixed, engines)
 
 
 @pytest.mark.engine
@@ -259,6 +244,18 @@ def test_nemotron_h_omni_video_typed_as_image_is_encoded_as_video(generic_checkp
     assert not parity.is_degenerate(reference.tokens), reference.tokens
     llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
     assert parity.compare(reference, parity.vllm_result(llm, processor, video)) == []
+
+
+def assert_case_keeps_parity(model_dir, case: parity.Case, engines) -> None:
+    """`case` at strict parity; transformers runs it, its tokens not degenerate."""
+    from transformers import AutoProcessor
+
+    (reference,) = references(model_dir, [case])
+    assert isinstance(reference, parity.Result), f"transformers could not run {case.name}: {reference.error}"
+    assert not parity.is_degenerate(reference.tokens), reference.tokens
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
 
 
 def assert_standard_cases_keep_parity(llm, processor, model_dir, names: tuple[str, ...]) -> None:
