@@ -166,11 +166,11 @@ def features_entry(hf_model: torch.nn.Module, modality: str):
 
 def encoding_modality(hf_model: torch.nn.Module | type, typed: str, own: str, item_keys) -> str:
     """The modality whose entry on the HF model (or model class) encodes an item of
-    modality `own` that its processor typed as `typed`: the typed one (InternVL types a video's frames as image tokens, hands
-    them over as `pixel_values` and encodes them as images), unless that entry takes none
-    of the item's fields (`item_keys`) where its own modality's entry takes some:
-    Nemotron-H-Omni types a video's tokens as image tokens too, and encodes its
-    `pixel_values_videos` with `get_video_features`."""
+    modality `own` that its processor typed as `typed`: the typed one (InternVL types a
+    video's frames as image tokens, hands them over as `pixel_values` and encodes them as
+    images), unless that entry takes none of the item's fields (`item_keys`) where its own
+    modality's entry takes some: Nemotron-H-Omni types a video's tokens as image tokens
+    too, and encodes its `pixel_values_videos` with `get_video_features`."""
     if typed == own:
         return typed
     model_class = hf_model if isinstance(hf_model, type) else type(hf_model)

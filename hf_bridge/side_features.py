@@ -144,8 +144,10 @@ class SideFeatures:
         prompt or a step) gets zeros there, which add nothing: transformers adds side
         features at visual positions only."""
         self._pending = None
-        width = max((e.shape[-1] for e in embeddings), default=self.hidden_size)
-        if width == self.hidden_size or is_multimodal is None:
+        if not embeddings or is_multimodal is None:
+            return embeddings
+        width = max(e.shape[-1] for e in embeddings)
+        if width == self.hidden_size:
             return embeddings
         main = [e[:, : self.hidden_size] for e in embeddings]
         side = torch.cat([e.new_zeros(e.shape[0], width - self.hidden_size) if e.shape[-1] == self.hidden_size

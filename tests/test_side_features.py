@@ -48,6 +48,7 @@ def test_padded_step_gets_zeros_and_plain_embeddings_pass_through():
     plain = [torch.randn(3, H)]
     assert side.split(plain, torch.ones(3, dtype=torch.bool), 3) is plain
     assert side.decoder_kwargs(3) == {}
+    assert side.split(None, None, 3) is None  # a step without media
 
 
 @pytest.mark.parametrize("plain_first", [True, False])
