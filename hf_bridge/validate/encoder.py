@@ -142,7 +142,7 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     the one `pixel_values` its processor gives images and frames) are counted once."""
     import torch
 
-    from ..features import encode, encodes_inline, feature_token_ids, features_entry
+    from ..features import encode, encodes_inline, feature_token_ids, features_entry_name
 
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
@@ -168,10 +168,9 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
                 pass
         return rows
 
-    by_entry: dict[object, str] = {}  # modalities one entry encodes from the same fields count once (InternVL's)
+    by_entry: dict[str, str] = {}  # modalities one entry encodes from the same fields count once (InternVL's)
     for modality in case.media_counts:
-        entry = features_entry(model, modality)
-        by_entry.setdefault(getattr(entry, "__func__", entry) if entry is not None else modality, modality)
+        by_entry.setdefault(features_entry_name(model, modality) or modality, modality)
     try:
         with torch.no_grad():
             return sum(count(m) for m in by_entry.values())
