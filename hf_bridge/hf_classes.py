@@ -182,6 +182,17 @@ def transformers_config_class(model_type: str) -> type | None:
     return getattr(transformers, name, None) if isinstance(name, str) else None
 
 
+def transformers_own_config_at(config, checkpoint, **from_pretrained):
+    """`config` as transformers' own class reads it from `checkpoint`, where it is of a class
+    vLLM registered under its model type (`transformers_config_class`); None where it is
+    transformers' own class, the checkpoint's own trusted code, or of a model type
+    transformers does not ship."""
+    own_class = transformers_config_class(getattr(config, "model_type", ""))
+    if own_class is None or type(config) is own_class or trusts_own_code(config):
+        return None
+    return own_class.from_pretrained(checkpoint, **from_pretrained)
+
+
 def transformers_own_config(config, model_config):
     """The checkpoint's config as transformers itself loads it, where vLLM loaded it as a
     class of its own: vLLM registers its own config class for some model types transformers
@@ -192,11 +203,10 @@ def transformers_own_config(config, model_config):
     code, or of a model type transformers does not ship."""
     import transformers
 
-    own_class = transformers_config_class(getattr(config, "model_type", ""))
-    if own_class is None or type(config) is own_class or trusts_own_code(config):
+    own = transformers_own_config_at(config, model_config.hf_config_path or model_config.model,
+                                     revision=model_config.revision, token=getattr(model_config, "hf_token", None))
+    if own is None:
         return None
-    own = own_class.from_pretrained(model_config.hf_config_path or model_config.model, revision=model_config.revision,
-                                    token=getattr(model_config, "hf_token", None))
     overrides = model_config.hf_overrides
     if callable(overrides):
         return overrides(own)

@@ -977,6 +977,36 @@ def test_encoder_rows_come_from_the_forward_the_references_run(generic):
     assert rows[case.name].shape[0] == counts[case.name] == alone[case.name].shape[0] > 0
 
 
+@pytest.mark.engine
+def test_feature_tokens_are_read_from_transformers_config_after_vllm_registered_its_own(generic, tmp_path, monkeypatch):
+    """Once vLLM loads a Qwen3-ASR checkpoint, `AutoConfig` in that process builds vLLM's own
+    class, which nests the audio token a level down. `validate` read the feature tokens
+    through it, found none, and failed the encoder stage of every audio case wherever the
+    processing stage ran first, as it does by default ("vLLM placed 0 rows"). It reads
+    them from transformers' own class, as the HF model is built."""
+    import numpy as np
+    from transformers import AutoConfig
+    from vllm.transformers_utils.config import get_config
+
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate import command
+    from hf_bridge.validate.checkpoint import load_config
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model_dir = generic("qwen3_asr")
+    get_config(model_dir, trust_remote_code=False)  # as vLLM's engine and processor load it
+    assert type(AutoConfig.from_pretrained(model_dir)).__module__.startswith("vllm.")  # the cause
+    config = load_config(model_dir)
+    assert type(config).__module__.startswith("transformers.") and feature_token_ids(config) == {"audio": config.audio_token_id}
+
+    clip = np.sin(np.arange(16000) / 5).astype(np.float32) / 3  # a second at the feature extractor's rate
+    report = command.run(model_dir, "hf_bridge", audios=[(clip, 16000)], prompt="Transcribe it.", stage_names=("encoder",))
+    (verdict,) = report.verdicts
+    assert (verdict.case, verdict.outcome, report.exit_code) == ("user", "pass", 0), verdict.detail
+    assert verdict.detail.startswith("13 rows x "), verdict.detail
+
+
 def test_encoder_rows_transformers_refused_but_generated_from_are_not_checked():
     """Where transformers' forward raised on the encoder stage's inputs but generated the
     case's references, the stage could not compare what transformers can run: not checked

@@ -60,9 +60,15 @@ def trusts_remote_code() -> bool:
 
 
 def load_config(model_dir: str | Path):
+    """The checkpoint's config as transformers loads it, also in a process where vLLM has
+    since registered a class of its own under its model type (Qwen3-ASR's, which nests the
+    audio token a level down), as it does once it loads such a checkpoint."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(model_dir, trust_remote_code=trusts_remote_code())
+    from ..hf_classes import transformers_own_config_at
+
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trusts_remote_code())
+    return transformers_own_config_at(config, model_dir) or config
 
 
 def load_processor(model_dir: str | Path, **init_kwargs):
