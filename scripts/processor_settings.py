@@ -249,6 +249,19 @@ SETTINGS = [
           ("vit", {}, "default", 1, "a ViT tower, its class token dropped"),
           ("aimv2_vision_model", {}, "full", 0, "an AIMv2 tower (no class token)"),
       ]),
+    # types no other row sets anything of
+    Setting("hunyuan_vl-fewer-pixels-per-request", "hunyuan_vl", "16384-65536 pixels per image (the default 262144-4194304), per request",
+            per_request={"size": {"shortest_edge": 16384, "longest_edge": 65536}}),
+    Setting("qianfan_ocr-crops", "qianfan_ocr", "up to 4 crops beside the whole (crops off by default)",
+            image_processor={"crop_to_patches": True, "max_patches": 4}),
+    Setting("minimax_m3_vl-fewer-pixels-per-request", "minimax_m3_vl", "at most 50176 pixels per image, per request",
+            per_request={"size": {"shortest_edge": 3136, "longest_edge": 50176}}),
+    Setting("cohere_compass-fewer-video-tokens-per-request", "cohere_compass", "at most 64 video tokens (the default 768), per request",
+            per_request={"max_video_tokens": 64}),
+    Setting("emu3-fewer-pixels", "emu3", "1024-4096 pixels per image (the sweep's 4096-16384): fewer VQ codes per row",
+            image_processor={"min_pixels": 1024, "max_pixels": 4096, "size": {"min_pixels": 1024, "max_pixels": 4096}}),
+    Setting("video_llava-2-frames-per-request", "video_llava", "video sampled to 2 frames, per request",
+            per_request={"do_sample_frames": True, "num_frames": 2}),
 ]
 
 
