@@ -253,7 +253,7 @@ _PLACEMENT: dict[tuple[str, str | None], dict[str, str] | None] = {}
 def _probe_placement(model_config) -> dict[str, str] | None:
     from vllm.transformers_utils.processor import get_processor
 
-    from .hf_classes import generating_config
+    from .hf_classes import config_built_from
     from .probes import ProcessorProbe
     from .processing import hf_processor_class
 
@@ -268,7 +268,7 @@ def _probe_placement(model_config) -> dict[str, str] | None:
     if tokenizer is None:
         return {"processor": f"{type(processor).__name__} has no tokenizer"}
     call = lambda data, kw: processor(**data, **kw, return_tensors="pt")  # noqa: E731
-    probe = ProcessorProbe(processor, tokenizer, generating_config(model_config.hf_config), call=call)
+    probe = ProcessorProbe(processor, tokenizer, config_built_from(model_config), call=call)
     if probe.placeable():
         return None
     return probe.failures or {"processor": f"{type(processor).__name__} has no image, video or audio processor"}

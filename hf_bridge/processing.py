@@ -42,7 +42,7 @@ from . import LOGGER_NAME, embeds, errors, frame, media_scale, numbering, pixel_
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
-from .hf_classes import base_model_class, generating_config
+from .hf_classes import base_model_class, config_built_from
 from .probes import (
     AUDIO_SECONDS,
     HF_DATA_KEYS,
@@ -125,12 +125,13 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
 
     def get_hf_config(self):
         """The config of the model hf_bridge builds to generate text
-        (`hf_classes.generating_config`): a whole model's thinker's, where it has one."""
+        (`hf_classes.config_built_from`): transformers' own class where vLLM loaded the
+        checkpoint's as one of its own, a whole model's thinker's where it has one."""
         return self._generating_config
 
     @cached_property
     def _generating_config(self):
-        return generating_config(super().get_hf_config())  # asked for on every request: found once
+        return config_built_from(self.ctx.model_config)  # asked for on every request: found once
 
     def get_hf_processor(self, **kwargs: object):
         """transformers' processor, where vLLM registers its own under its name (`hf_processor_class`).

@@ -511,6 +511,22 @@ def test_the_hf_model_is_built_from_transformers_own_config(generic_checkpoints)
     assert transformers_own_config(llava, model_config) is None
 
 
+def test_the_front_end_reads_the_config_the_model_is_built_from(generic):
+    """The processor's side (its probes, which modalities the HF model encodes and how)
+    reads transformers' own config too, not the class vLLM loaded: vLLM's Qwen3-ASR class
+    names no audio token, so a rule reading feature tokens there would find none."""
+    from transformers import Qwen3ASRConfig
+
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.inspect import build_processor
+
+    info = build_processor(generic("qwen3_asr")).info
+    assert type(info.ctx.model_config.hf_config).__module__.startswith("vllm.")
+    config = info.get_hf_config()
+    assert type(config) is Qwen3ASRConfig and feature_token_ids(config) == {"audio": config.audio_token_id}
+    assert info.inline_modalities == [] and info.unencodable_modalities == {}
+
+
 @pytest.mark.engine
 def test_a_config_transformers_own_class_cannot_read_keeps_vllms_class(generic_checkpoints, tmp_path):
     """Where transformers' config class refuses a checkpoint that vLLM's own class reads
