@@ -85,6 +85,15 @@ def linears_with_own_forward(root: torch.nn.Module, sharded: Iterable[str] = ())
                 yield parent, name, child
 
 
+def children_beside(root: torch.nn.Module, kept_in: Iterable[torch.nn.Module], names_kept_in: Iterable[str | None] = ()) -> Iterator[Site]:
+    """`root`'s children that hold parameters, other than `kept_in` and those named in
+    `names_kept_in`: a VLM's towers and projectors beside its text model."""
+    kept_in, names_kept_in = [id(m) for m in kept_in], set(names_kept_in)
+    for name, child in root.named_children():
+        if id(child) not in kept_in and name not in names_kept_in and next(child.parameters(), None) is not None:
+            yield root, name, child
+
+
 WEIGHT_NAMES = frozenset({"weight", "bias"})
 """A linear layer's tensors, which vLLM's layer holds otherwise than `nn.Linear`: on the
 CPU it packs the weight for its kernel and leaves an empty tensor as `weight`."""

@@ -68,7 +68,7 @@ from .embeds import EMBEDS_KEY
 from .forward_token_rows import EMBEDS, TokenRows, apply_beside_media, asked_ids, learn_token_rows
 from .rows_beside_items import rows_beside_items
 from .head import HFLogitsHead
-from .kept_modules import (kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
+from .kept_modules import (children_beside, kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
                            norms_over_another_axis, torch_composites)
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import decoder_of, generation_head, run_to_hidden_states
@@ -564,41 +564,35 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if head_name is not None:
             logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(generating).__name__)
             run_to_hidden_states(generating, head_name, read_as_logits=self._built_alone and generating is not self.model)
-        with self._towers_replicated(text_model):
-            sharded = (self.model.tp_plan or {}).keys()
-            kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
-                    *linears_read_directly(self.model), *norms_over_another_axis(self.model),
-                    *layers_checked_by_type(self.model)]
-            with kept_out(kept):
-                super().recursive_replace()
+        sharded = (self.model.tp_plan or {}).keys()
+        kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
+                *linears_read_directly(self.model), *norms_over_another_axis(self.model),
+                *layers_checked_by_type(self.model), *self._towers_replicated(text_model, generating, head_name)]
+        with kept_out(kept):
+            super().recursive_replace()
         for module in self.model.modules():
             if isinstance(module, LinearBase):
                 _name_sizes_as_torch(module)
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
 
-    @contextmanager
-    def _towers_replicated(self, text_model: torch.nn.Module | None):
-        """The HF model's tensor-parallel plan without the entries for its towers, while vLLM
-        replaces its layers: the towers' linears are replicated, the text model's sharded as
-        planned. A tower's own plan shards what its attention does not expect sharded (Ernie
-        4.5 VL's splits its fused `qkv` column-wise, then reshapes it to all its heads:
-        `size of tensor a (8) must match the size of tensor b (16)`), and its rows are few
-        beside the decoder's."""
-        text_name = next((name for name, child in self.model.named_children() if child is text_model), None)
-        plan = self.model.tp_plan or {}
-        towers = [pattern for pattern in plan if text_name is not None and not pattern.startswith(f"{text_name}.")]
-        if not towers or self.tp_group.world_size == 1:
-            yield
-            return
-        logger.info("hf_bridge replicates %s's towers across tensor-parallel ranks, not as their plan shards them (%s)",
-                    type(self.model).__name__, ", ".join(towers))
-        kept = self.model._tp_plan
-        self.model._tp_plan = {pattern: style for pattern, style in plan.items() if pattern not in towers}
-        try:
-            yield
-        finally:
-            self.model._tp_plan = kept
+    def _towers_replicated(self, text_model: torch.nn.Module | None, generating: torch.nn.Module | None,
+                           head_name: str | None) -> list:
+        """Under tensor parallelism, the HF model's children beside its text model (towers,
+        projectors), kept as transformers wrote them and whole on every rank, while its text
+        model is sharded as planned. vLLM would shard a tower as its plan says, which breaks
+        what its attention expects (Ernie 4.5 VL's splits its fused `qkv` column-wise, then
+        reshapes it to all its heads), and fuse any attention's q, k and v into head-sharded
+        layers, which a tower that reshapes by its full head count splits wrongly (Qwen3-ASR's
+        audio encoder: `shape '[-1, 32]' is invalid`). A tower's rows are few beside the
+        decoder's."""
+        if self.tp_group.world_size == 1 or text_model is None:
+            return []
+        towers = list(children_beside(self.model, [text_model], [head_name] if generating is self.model else []))
+        if towers:
+            logger.info("hf_bridge replicates %s's %s across tensor-parallel ranks, as transformers wrote them",
+                        type(self.model).__name__, ", ".join(name for _, name, _ in towers))
+        return towers
 
     def get_language_model(self) -> torch.nn.Module:
         """The in-tree wrapper, for flat models too: Chameleon's text layers sit in the

@@ -35,15 +35,19 @@ def test_tensor_parallel_2_matches_a_single_worker(zoo, engines, monkeypatch):
 
 
 @pytest.mark.slow
-def test_tensor_parallel_2_replicates_a_tower_its_plan_would_break(generic):
+@pytest.mark.parametrize(("model_type", "names"), [("ernie4_5_vl_moe", ["one_image", "two_images", "video"]),
+                                                   ("qwen3_asr", ["audio"])])
+def test_tensor_parallel_2_replicates_towers_vllm_would_break(generic, model_type, names):
     """Ernie 4.5 VL's vision tower plans its fused `qkv` column-wise, then reshapes it to all
     its heads: sharded as planned, the engine did not start (`The size of tensor a (8) must
-    match the size of tensor b (16)`). Towers are replicated, the text model sharded as
-    planned, experts by modality included: TP=2 keeps strict parity with transformers."""
+    match the size of tensor b (16)`). Qwen3-ASR's audio encoder has no plan, but vLLM fuses
+    any attention's q, k and v into head-sharded layers, and it reshapes by its full head
+    count: its first audio stopped the engine (`shape '[-1, 32]' is invalid`). Towers are
+    kept whole on every rank, the text model sharded as planned, experts by modality
+    included: TP=2 keeps strict parity with transformers."""
     from hf_bridge.validate.reference import references
 
-    model_dir = generic.build({"ernie4_5_vl_moe": 0})["ernie4_5_vl_moe"]
-    names = ["one_image", "two_images", "video"]
+    model_dir = generic.build({model_type: 0})[model_type]
     tp = run_scenario("tensor-parallel", model_dir, HF_BRIDGE_TP_CASES=",".join(names),
                       VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
     standard = parity.standard_cases(64)

@@ -80,12 +80,16 @@ def tensor_parallel(model_dir: str) -> None:
     from hf_bridge.validate import parity
     from hf_bridge.validate.engine import make_llm
 
-    cases = os.environ.get("HF_BRIDGE_TP_CASES", "one_image,two_images").split(",")
+    standard = parity.standard_cases(64)
+    cases = [standard[name] for name in os.environ.get("HF_BRIDGE_TP_CASES", "one_image,two_images").split(",")]
     processor = AutoProcessor.from_pretrained(model_dir)
-    limits = {"image": 2, **({"video": 1} if getattr(processor, "video_processor", None) is not None else {})}
+    limits: dict[str, int] = {}
+    for case in cases:
+        for modality, count in case.media_counts.items():
+            limits[modality] = max(limits.get(modality, 0), count)
     llm = make_llm(model_dir, tensor_parallel_size=2, limit_mm_per_prompt=limits)
-    for name in cases:
-        result = parity.vllm_result(llm, processor, parity.standard_cases(64)[name])
+    for case in cases:
+        name, result = case.name, parity.vllm_result(llm, processor, case)
         emit(step=name, ok=True, tokens=result.tokens, prompt_ids=result.prompt_ids,
              token_logprobs=result.token_logprobs, result=dataclasses.asdict(result))
 
