@@ -94,6 +94,43 @@ def children_beside(root: torch.nn.Module, kept_in: Iterable[torch.nn.Module], n
             yield root, name, child
 
 
+def planned_children(root: torch.nn.Module, plan: Iterable[str]) -> list[torch.nn.Module]:
+    """`root`'s children holding a module the tensor-parallel `plan` names (its patterns,
+    matched on qualified names as vLLM matches them): a flat model's decoder layers, which
+    sit beside its towers (Phi-4-multimodal's `layers` beside `embed_tokens_extend`)."""
+    patterns = [re.compile(p) for p in plan]
+    return [child for name, child in root.named_children()
+            if any(p.match(f"{name}.{sub}" if sub else name) for sub, _ in child.named_modules() for p in patterns)]
+
+
+UNIT_STATISTICS = frozenset({"mean", "std", "var", "std_mean", "var_mean", "sum", "amax", "amin", "topk", "sort",
+                             "quantile", "logsumexp", "norm"})
+"""Calls that take statistics over a tensor's units, which a rank holding a shard of them
+takes over its shard alone."""
+
+
+def statistics_over_sharded_units(root: torch.nn.Module, plan: dict[str, str]) -> Iterator[Site]:
+    """Under tensor parallelism, modules with a linear child the `plan` shards column-wise
+    whose forward (and the methods of its own it calls) takes statistics (`UNIT_STATISTICS`),
+    as over the units that child gives: each rank would take them over its shard alone
+    (Gemma 3n's MLP cuts its gate's activations at their mean plus a multiple of their
+    standard deviation). Kept whole on every rank, they take them over all units."""
+    colwise = [re.compile(pattern) for pattern, style in plan.items() if style == "colwise"]
+    takes_statistics: dict[type, bool] = {}
+    for qualified, parent in root.named_modules():
+        for name, child in parent.named_children():
+            path = f"{qualified}.{name}" if qualified else name
+            if not any(isinstance(linear, torch.nn.Linear) and any(p.match(f"{path}.{linear_name}") for p in colwise)
+                       for linear_name, linear in child.named_children()):
+                continue
+            if type(child) not in takes_statistics:
+                takes_statistics[type(child)] = any(
+                    isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in UNIT_STATISTICS
+                    for tree in _forward_trees(type(child)) for node in ast.walk(tree))
+            if takes_statistics[type(child)]:
+                yield parent, name, child
+
+
 WEIGHT_NAMES = frozenset({"weight", "bias"})
 """A linear layer's tensors, which vLLM's layer holds otherwise than `nn.Linear`: on the
 CPU it packs the weight for its kernel and leaves an empty tensor as `weight`."""

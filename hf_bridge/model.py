@@ -69,7 +69,7 @@ from .forward_token_rows import EMBEDS, TokenRows, apply_beside_media, asked_ids
 from .rows_beside_items import rows_beside_items
 from .head import HFLogitsHead
 from .kept_modules import (children_beside, kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
-                           norms_over_another_axis, torch_composites)
+                           norms_over_another_axis, planned_children, statistics_over_sharded_units, torch_composites)
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import decoder_of, generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
@@ -564,10 +564,12 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if head_name is not None:
             logger.info("hf_bridge runs %s to its hidden states: vLLM's head computes the logits", type(generating).__name__)
             run_to_hidden_states(generating, head_name, read_as_logits=self._built_alone and generating is not self.model)
-        sharded = (self.model.tp_plan or {}).keys()
-        kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, sharded),
+        plan = self.model.tp_plan or {}
+        kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, plan.keys()),
                 *linears_read_directly(self.model), *norms_over_another_axis(self.model),
                 *layers_checked_by_type(self.model), *self._towers_replicated(text_model, generating, head_name)]
+        if self.tp_group.world_size > 1:
+            kept += statistics_over_sharded_units(self.model, plan)
         with kept_out(kept):
             super().recursive_replace()
         for module in self.model.modules():
@@ -585,10 +587,19 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         reshapes it to all its heads), and fuse any attention's q, k and v into head-sharded
         layers, which a tower that reshapes by its full head count splits wrongly (Qwen3-ASR's
         audio encoder: `shape '[-1, 32]' is invalid`). A tower's rows are few beside the
-        decoder's."""
-        if self.tp_group.world_size == 1 or text_model is None:
+        decoder's. In a flat model, whose decoder layers sit beside its towers, the text parts
+        are the children its plan shards and its input embeddings (Phi-4-multimodal's towers
+        sit in `embed_tokens_extend`); without a plan, nothing tells them apart."""
+        if self.tp_group.world_size == 1:
             return []
-        towers = list(children_beside(self.model, [text_model], [head_name] if generating is self.model else []))
+        if text_model is not None:
+            text_parts = [text_model]
+        else:
+            text_parts = planned_children(self.model, (self.model.tp_plan or {}).keys())
+            if not text_parts:
+                return []
+            text_parts.append(self.model.get_input_embeddings())
+        towers = list(children_beside(self.model, text_parts, [head_name] if generating is self.model else []))
         if towers:
             logger.info("hf_bridge replicates %s's %s across tensor-parallel ranks, as transformers wrote them",
                         type(self.model).__name__, ", ".join(name for _, name, _ in towers))

@@ -18,6 +18,7 @@ from hf_bridge.kept_modules import (
     linears_read_directly,
     linears_with_own_forward,
     norms_over_another_axis,
+    statistics_over_sharded_units,
     torch_composites,
 )
 
@@ -208,3 +209,43 @@ def test_layers_a_forward_tells_apart_by_type_are_kept():
     assert kept == convs and len(convs) == 5
     llama = Llama4TextMoe(Llama4TextConfig(**TINY, num_local_experts=2))
     assert list(layers_checked_by_type(llama)) == []
+
+
+def test_modules_taking_statistics_over_units_the_plan_shards_are_kept_whole():
+    """Gemma 3n's MLP cuts its gate's activations at their mean plus a multiple of their
+    standard deviation, over the units the plan shards column-wise: at TP=2 each rank took
+    them over its half (prompt log-probs 0.1 from transformers, greedy tokens off on text
+    alone). Such an MLP is kept whole, judged by its class's code (its second layer's,
+    without sparsity, too); Llama's, which takes none, is sharded as planned, and so is
+    Gemma 3n's attention."""
+    from transformers import Gemma3nTextConfig, LlamaConfig
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nTextModel
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    small = dict(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                 vocab_size=64, num_hidden_layers=2)
+    gemma3n = Gemma3nTextModel(Gemma3nTextConfig(**small, vocab_size_per_layer_input=64, hidden_size_per_layer_input=8,
+                                                 laurel_rank=4, activation_sparsity_pattern=[0.95, 0.0],
+                                                 layer_types=["full_attention", "full_attention"], num_kv_shared_layers=0))
+    kept = list(statistics_over_sharded_units(gemma3n, gemma3n.config.base_model_tp_plan))
+    assert [(name, type(module).__name__) for _, name, module in kept] == [("mlp", "Gemma3nTextMLP")] * 2
+    assert [parent for parent, _, _ in kept] == list(gemma3n.layers)
+    llama = LlamaModel(LlamaConfig(**small))
+    assert list(statistics_over_sharded_units(llama, llama.config.base_model_tp_plan)) == []
+    assert list(statistics_over_sharded_units(gemma3n, {})) == []  # nothing sharded, nothing taken over a shard
+
+
+def test_a_flat_models_towers_are_told_from_its_decoder_by_its_plan(generic):
+    """Phi-4-multimodal's decoder layers sit beside its towers in one base model, with no
+    text model to keep in: its text parts are the children its tensor-parallel plan shards
+    and its input embeddings, and everything else holding weights is kept whole."""
+    from transformers import AutoConfig, AutoModel
+
+    from hf_bridge.kept_modules import children_beside, planned_children
+
+    model = AutoModel.from_config(AutoConfig.from_pretrained(generic("phi4_multimodal")))
+    text_parts = planned_children(model, model.tp_plan.keys())
+    assert text_parts == [model.layers]
+    kept = children_beside(model, [*text_parts, model.get_input_embeddings()])
+    assert [name for _, name, _ in kept] == ["norm", "embed_tokens_extend"]
+
