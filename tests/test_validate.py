@@ -316,6 +316,17 @@ def test_last_exception_keeps_the_lines_that_continue_it():
     assert stages.last_exception(ranked).startswith("ValueError: no module named 'vision_tower.embeddings' ... Loading shards")
     assert stages.last_exception("just a line\n") == "just a line"
     assert stages.last_exception("") == "no output"
+    # a tensor-parallel worker logs the root cause (to stdout), the engine wraps it (stderr):
+    # the report named a warning printed after the wrapper, which no pattern took for an exception
+    worker = ("(Worker_TP1 pid=23629) ERROR 11-30 18:27:15 [multiproc_executor.py:953] ValueError: "
+              "tensor_parallel_size=2 cannot serve this lfm2_vl model. Use tensor_parallel_size=1.\n"
+              "W1130 18:28:26.426000 24243 torch/_opaque_base.py:6] torch._opaque_base is deprecated\n")
+    engine = ("Exception: WorkerProc initialization failed due to an exception in a background process. See stack "
+              "trace for root cause.\nresource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked\n"
+              "  warnings.warn('resource_tracker: There appear to be %d '\n")
+    assert stages.last_exception(f"{worker}\n{engine}") == (
+        "ValueError: tensor_parallel_size=2 cannot serve this lfm2_vl model. Use tensor_parallel_size=1.")
+    assert stages.last_exception(engine).startswith("Exception: WorkerProc initialization failed")
 
 
 def test_report_shows_itself_as_text_and_html():

@@ -441,8 +441,8 @@ class Worker:
         verdicts = [Verdict(**json.loads(line[len(VERDICT_PREFIX):])) for line in stdout.splitlines() if line.startswith(VERDICT_PREFIX)]
         views = [json.loads(line[len(VIEW_PREFIX):]) for line in stdout.splitlines() if line.startswith(VIEW_PREFIX)]
         strips = {(v["impl"], v["case"]): v["html"] for v in views}
-        if died:
-            cause = stages.last_exception(stderr)
+        if died:  # a tensor-parallel worker logs its exception to stdout, the engine's wrapper goes to stderr
+            cause = stages.last_exception(f"{stdout}\n{stderr}")
             reached = {(v.case, v.stage) for v in verdicts}
             verdicts += [
                 Verdict(self.impl, case, stage, NOT_CHECKED, f"the {self.impl} worker stopped: {cause}")

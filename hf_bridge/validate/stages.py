@@ -201,19 +201,33 @@ def rounding_diagnosis(reference, exact, candidate, failed: bool) -> str:
             "float32 rounding too much for either result to settle the case")
 
 
-RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
-"""vLLM prefixes a worker's traceback lines with its rank."""
-EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b")
+RANK_PREFIX = re.compile(r"^(\[rank\d+\]:|\([\w-]+ pid=\d+\)(\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\])?)\s*")
+"""vLLM prefixes a worker's traceback lines with its rank, or, logged from a worker
+process, with the process and the log record's level, time and place."""
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)?(Error|Exception)\b")
+LOG_RECORD = re.compile(r"^([WIEF]\d{4} \d\d:\d\d:\d\d|(DEBUG|INFO|WARNING|ERROR)\s|Traceback )")
+"""A line that begins a record of its own (glog's, as torch logs; Python's logging; a traceback)."""
+POINTS_ELSEWHERE = re.compile(r"root cause|stack trace above", re.IGNORECASE)
+"""How vLLM's wrappers of a worker's exception end ("See stack trace for root cause")."""
 
 
-def last_exception(stderr: str, limit: int = 400) -> str:
+def last_exception(output: str, limit: int = 400) -> str:
     """The last exception a process printed, with the lines that continue its message
-    (pydantic's reason, transformers' missing-backend advice come on the next ones)."""
-    lines = [RANK_PREFIX.sub("", line).strip() for line in stderr.strip().splitlines() if line.strip()]
+    (pydantic's reason, transformers' missing-backend advice come on the next ones); the
+    last one that is not a wrapper pointing at another, where a worker process logged
+    that other (tensor-parallel workers log the root cause, the engine wraps it)."""
+    lines = [RANK_PREFIX.sub("", line).strip() for line in output.strip().splitlines() if line.strip()]
     starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
     if not starts:
         return (lines or ["no output"])[-1][:limit]
-    return " ... ".join(lines[starts[-1] : starts[-1] + 3])[:limit]
+    causes = [i for i in starts if not POINTS_ELSEWHERE.search(lines[i])]
+    first = (causes or starts)[-1]
+    message = [lines[first]]
+    for line in lines[first + 1 : first + 3]:
+        if LOG_RECORD.match(line):  # another record, logged after it (torch's, a process's)
+            break
+        message.append(line)
+    return " ... ".join(message)[:limit]
 
 
 def exit_code(verdicts: Iterable[Verdict]) -> int:
