@@ -567,7 +567,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         plan = self.model.tp_plan or {}
         kept = [*torch_composites(self.model), *linears_with_own_forward(self.model, plan.keys()),
                 *linears_read_directly(self.model), *norms_over_another_axis(self.model),
-                *layers_checked_by_type(self.model), *self._towers_replicated(text_model, generating, head_name)]
+                *layers_checked_by_type(self.model), *self._towers_replicated(plan, text_model, generating, head_name)]
         if self.tp_group.world_size > 1:
             kept += statistics_over_sharded_units(self.model, plan)
         with kept_out(kept):
@@ -578,8 +578,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
 
-    def _towers_replicated(self, text_model: torch.nn.Module | None, generating: torch.nn.Module | None,
-                           head_name: str | None) -> list:
+    def _towers_replicated(self, plan: dict[str, str], text_model: torch.nn.Module | None,
+                           generating: torch.nn.Module | None, head_name: str | None) -> list:
         """Under tensor parallelism, the HF model's children beside its text model (towers,
         projectors), kept as transformers wrote them and whole on every rank, while its text
         model is sharded as planned. vLLM would shard a tower as its plan says, which breaks
@@ -595,7 +595,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if text_model is not None:
             text_parts = [text_model]
         else:
-            text_parts = planned_children(self.model, (self.model.tp_plan or {}).keys())
+            text_parts = planned_children(self.model, plan.keys())
             if not text_parts:
                 return []
             text_parts.append(self.model.get_input_embeddings())

@@ -127,10 +127,10 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
         """The config of the model hf_bridge builds to generate text
         (`hf_classes.config_built_from`): transformers' own class where vLLM loaded the
         checkpoint's as one of its own, a whole model's thinker's where it has one."""
-        return self._generating_config
+        return self._config_built_from
 
     @cached_property
-    def _generating_config(self):
+    def _config_built_from(self):
         return config_built_from(self.ctx.model_config)  # asked for on every request: found once
 
     def get_hf_processor(self, **kwargs: object):

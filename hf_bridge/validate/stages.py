@@ -201,7 +201,7 @@ def rounding_diagnosis(reference, exact, candidate, failed: bool) -> str:
             "float32 rounding too much for either result to settle the case")
 
 
-RANK_PREFIX = re.compile(r"^(\[rank\d+\]:|\([\w-]+ pid=\d+\)(\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\])?)\s*")
+WORKER_PREFIX = re.compile(r"^(\[rank\d+\]:|\([\w-]+ pid=\d+\)(\s+[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\])?)\s*")
 """vLLM prefixes a worker's traceback lines with its rank, or, logged from a worker
 process, with the process and the log record's level, time and place."""
 EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)?(Error|Exception)\b")
@@ -216,7 +216,7 @@ def last_exception(output: str, limit: int = 400) -> str:
     (pydantic's reason, transformers' missing-backend advice come on the next ones); the
     last one that is not a wrapper pointing at another, where a worker process logged
     that other (tensor-parallel workers log the root cause, the engine wraps it)."""
-    lines = [RANK_PREFIX.sub("", line).strip() for line in output.strip().splitlines() if line.strip()]
+    lines = [WORKER_PREFIX.sub("", line).strip() for line in output.strip().splitlines() if line.strip()]
     starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
     if not starts:
         return (lines or ["no output"])[-1][:limit]
