@@ -170,7 +170,7 @@ def test_generic_type_keeps_parity(model_type, case, generic_checkpoints, engine
     else:
         assert_well_conditioned(model_dir, the_case, reference)
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     assert parity.compare(reference, parity.vllm_result(llm, processor, the_case)) == []
 
 
@@ -184,7 +184,7 @@ def test_media_one_forward_encodes_together_are_refused_together(generic_checkpo
 
     model_dir = generic_checkpoints["phi4_multimodal"]
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     mixed = parity.Case("image_and_audio", 64, num_images=1, num_audios=1, text="Describe the image and the audio.")
     with pytest.raises(ValueError, match=r"carries images and audios, which Phi4MultimodalModel encodes inside one forward"
                                          r".*Send the images and audios in separate requests"):
@@ -242,7 +242,7 @@ def test_nemotron_h_omni_video_typed_as_image_is_encoded_as_video(generic_checkp
     reference = parity.hf_reference(model_dir, None, model=model, inputs={
         "input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"], "inputs_embeds": embeds})
     assert not parity.is_degenerate(reference.tokens), reference.tokens
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     assert parity.compare(reference, parity.vllm_result(llm, processor, video)) == []
 
 
@@ -254,7 +254,7 @@ def assert_case_keeps_parity(model_dir, case: parity.Case, engines) -> None:
     assert isinstance(reference, parity.Result), f"transformers could not run {case.name}: {reference.error}"
     assert not parity.is_degenerate(reference.tokens), reference.tokens
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == []
 
 
@@ -267,6 +267,11 @@ def assert_standard_cases_keep_parity(llm, processor, model_dir, names: tuple[st
 def modalities(processor) -> set[str]:
     subs = {"image": "image_processor", "video": "video_processor", "audio": "feature_extractor"}
     return {m for m, attribute in subs.items() if getattr(processor, attribute, None) is not None}
+
+
+def served_limits(processor) -> dict[str, int]:
+    """`LIMITS` for the modalities `processor` takes: an engine's `limit_mm_per_prompt`."""
+    return {m: n for m, n in LIMITS.items() if m in modalities(processor)}
 
 
 @pytest.mark.engine
@@ -282,7 +287,7 @@ def test_llama4_keeps_the_modules_vllm_would_break(generic_checkpoints, engines)
 
     model_dir = generic_checkpoints["llama4"]
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
     blocks = [m for m in model.modules() if isinstance(m, Llama4TextMoe)]
     assert blocks and all(isinstance(b.router, Llama4Router) and isinstance(b.experts, Llama4TextExperts) for b in blocks)
@@ -306,7 +311,7 @@ def test_experts_gated_by_another_activation_keep_transformers_forward(gemma4_mo
     from transformers.models.gemma4.modeling_gemma4 import Gemma4TextExperts
 
     processor = AutoProcessor.from_pretrained(gemma4_moe)
-    llm = engines.get(gemma4_moe, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(gemma4_moe, limit_mm_per_prompt=served_limits(processor))
     model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
     experts = [m for name, m in model.named_modules() if name.endswith(".experts")]
     assert experts and all(isinstance(m, Gemma4TextExperts) for m in experts), experts
@@ -402,7 +407,7 @@ def test_audio_at_another_rate_is_resampled(generic_checkpoints, engines):
 
     model_dir = generic_checkpoints["glmasr"]
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     rate = audio_sampling_rate(processor)
     clip = parity.test_audio(seconds=1.0, sampling_rate=rate // 2)
     prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
@@ -441,7 +446,7 @@ def test_validate_takes_the_users_own_audio_file(generic_checkpoints, engines, t
                                                   cases_file=tmp_path / "cases.jsonl")
     assert dataclasses.replace(from_flag, name="talk") == from_file
     synthetic = parity.standard_cases(64)["audio"]
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     (reference, reference_synthetic) = references(model_dir, [from_file, synthetic])
     assert len(reference.prompt_ids) > len(reference_synthetic.prompt_ids)  # 2.5 s against 1 s
     assert not parity.is_degenerate(reference.tokens), reference.tokens
@@ -475,7 +480,7 @@ def test_served_audio_equals_offline(generic_checkpoints, engines):
             model="glmasr", messages=[{"role": "user", "content": content}], temperature=0.0,
             max_tokens=parity.MAX_NEW_TOKENS, extra_body={"min_tokens": parity.MAX_NEW_TOKENS},
         )
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     offline = parity.vllm_result(llm, processor, case)
     assert reply.usage.prompt_tokens == len(offline.prompt_ids)
     assert reply.choices[0].message.content == processor.tokenizer.decode(offline.tokens)
@@ -603,7 +608,7 @@ def test_images_the_processor_numbers_and_packs_keep_transformers_prompt(generic
 
     model_dir = generic_checkpoints["minicpmv4_6"]
     processor = AutoProcessor.from_pretrained(model_dir)
-    llm = engines.get(model_dir, limit_mm_per_prompt={m: n for m, n in LIMITS.items() if m in modalities(processor)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
     case = parity.Case("two_images_one_size", 64, num_images=2, image_shape=(64, 64))
     # the second image first, alone: vLLM's processor cache then holds its update at index 0
     alone_first = parity.Case("one_image_one_size", 64, num_images=1, image_shape=(64, 64))

@@ -282,10 +282,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     beside = references(model_dir, cases, dtype=check.reference_dtypes[1]) if len(check.reference_dtypes) > 1 else [None] * len(cases)
     hf_rows, _, rows_alone = load_rows(encoder_rows) if encoder_rows is not None else ({}, {}, {})
     feature_ids = feature_token_ids(load_config(model_dir))
-    limits: dict[str, int] = {}
-    for case in cases:
-        for modality, n in case.media_counts.items():
-            limits[modality] = max(limits.get(modality, 0), n)
+    limits = parity.media_limits(cases)
 
     def start():
         llm = make_llm(

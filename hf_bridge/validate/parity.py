@@ -271,6 +271,16 @@ def media_kwargs(processor, case: Case) -> dict[str, list]:
     return kwargs
 
 
+def media_limits(cases: Sequence[Case]) -> dict[str, int]:
+    """The most items of each modality any one of `cases` holds: the engine's
+    `limit_mm_per_prompt` for them."""
+    limits: dict[str, int] = {}
+    for case in cases:
+        for modality, count in case.media_counts.items():
+            limits[modality] = max(limits.get(modality, 0), count)
+    return limits
+
+
 def items_alone(processor, case: Case, **extra):
     """Each of the case's items processed alone, in prompt order: (its modality, the
     processor's output for a one-item prompt of that item), as a transformers user

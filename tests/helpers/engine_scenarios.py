@@ -83,11 +83,7 @@ def tensor_parallel(model_dir: str) -> None:
     standard = parity.standard_cases(64)
     cases = [standard[name] for name in os.environ.get("HF_BRIDGE_TP_CASES", "one_image,two_images").split(",")]
     processor = AutoProcessor.from_pretrained(model_dir)
-    limits: dict[str, int] = {}
-    for case in cases:
-        for modality, count in case.media_counts.items():
-            limits[modality] = max(limits.get(modality, 0), count)
-    llm = make_llm(model_dir, tensor_parallel_size=2, limit_mm_per_prompt=limits)
+    llm = make_llm(model_dir, tensor_parallel_size=2, limit_mm_per_prompt=parity.media_limits(cases))
     for case in cases:
         name, result = case.name, parity.vllm_result(llm, processor, case)
         emit(step=name, ok=True, tokens=result.tokens, prompt_ids=result.prompt_ids,
