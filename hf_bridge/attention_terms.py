@@ -26,6 +26,14 @@ transformers soft-caps the scores only where a module hands its attention functi
 passes). `passed_soft_cap` reads what a module's call hands, so vLLM applies that, and the
 check above also refuses a call whose `softcap` is not what vLLM's layer applies.
 
+vLLM's function reads each call's queries and keys as (tokens, heads x head size) and views
+them by the heads its layer was built with, the config's counts (per tensor-parallel rank).
+A module that hands it other counts (JetMoE repeats its key and value heads for its
+attention experts; Laguna counts query heads per layer) was read as other tokens' keys, and
+answered wrongly without an error, or stopped on a shape deep in vLLM's kernel. Each
+module is marked with its layer's counts (`BUILT_HEADS_ATTR`), and the check refuses a call
+whose widths differ from them.
+
 A layer whose indexer picks the keys each query attends to and keeps keys of its own in
 the cache (transformers' "indexed_attention": DeepSeek-V3.2, GLM-5, Qwen4-Exp) is found the
 same way, `layers_with_indexed_attention`, and refused before anything is built: some such
@@ -40,7 +48,7 @@ import ast
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -54,7 +62,25 @@ SOFT_CAP_KEYWORD = "softcap"
 """The keyword transformers' attention functions take a soft cap of the scores by."""
 APPLIED_SOFT_CAP_ATTR = "hf_bridge_soft_cap"
 """Set on an HF attention module: the soft cap vLLM's layer for it applies (None: none)."""
+BUILT_HEADS_ATTR = "hf_bridge_built_heads"
+"""Set on an HF attention module: the `BuiltHeads` of vLLM's layer for it."""
 _UNSET = object()
+
+
+class BuiltHeads(NamedTuple):
+    """What vLLM's attention layer views a call's queries and keys by (per rank)."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+
+
+class Refusals(NamedTuple):
+    """The messages the call-time check raises (hf_bridge's `errors` writes them)."""
+
+    terms: Callable[[torch.nn.Module, list[str]], str]
+    soft_cap: Callable[[torch.nn.Module, float | None, float | None], str]
+    heads: Callable[[torch.nn.Module, str, tuple[int, int], tuple[int, int]], str]
 
 
 def known_keywords() -> frozenset[str]:
@@ -93,14 +119,21 @@ def same_soft_cap(passed: float | None, applied: float | None) -> bool:
     return (passed or None) == (applied or None)
 
 
-def refuse_unapplied_terms(
-    attention: Callable,
-    describe: Callable[[torch.nn.Module, list[str]], str],
-    describe_soft_cap: Callable[[torch.nn.Module, float | None, float | None], str],
-) -> Callable:
-    """`attention`, raising `ValueError(describe(module, terms))` on a call that carries terms
-    it would drop, and `ValueError(describe_soft_cap(module, passed, applied))` on one whose
-    soft cap is not the one vLLM's layer for the module applies (`APPLIED_SOFT_CAP_ATTR`)."""
+def heads_not_as_built(query: torch.Tensor, key: torch.Tensor, built: BuiltHeads) -> tuple[str, tuple[int, int], tuple[int, int]] | None:
+    """("query" or "key", (heads, head size) handed, (heads, head size) vLLM's layer holds) for
+    the first of a call's queries and keys, each (batch, heads, tokens, head size), whose
+    width per token is not the layer's; None where both are."""
+    for name, tensor, heads in (("query", query, built.num_heads), ("key", key, built.num_kv_heads)):
+        if tensor.shape[1] * tensor.shape[-1] != heads * built.head_size:
+            return name, (tensor.shape[1], tensor.shape[-1]), (heads, built.head_size)
+    return None
+
+
+def refuse_unapplied_terms(attention: Callable, refusals: Refusals) -> Callable:
+    """`attention`, raising `ValueError` with `refusals`' message on a call that carries terms
+    it would drop, on one whose soft cap is not the one vLLM's layer for the module applies
+    (`APPLIED_SOFT_CAP_ATTR`), and on one whose queries or keys are not as wide as that
+    layer views them (`BUILT_HEADS_ATTR`)."""
     if getattr(attention, CHECKED_ATTR, False):
         return attention
     named = inspect.signature(attention).parameters  # a mask may come by keyword (Cohere-Compass)
@@ -110,27 +143,26 @@ def refuse_unapplied_terms(
     def checked(module, *args, **kwargs):
         terms = unapplied_terms(kwargs, known)
         if terms:
-            raise ValueError(describe(module, terms))
+            raise ValueError(refusals.terms(module, terms))
         applied = getattr(module, APPLIED_SOFT_CAP_ATTR, _UNSET)
         if applied is not _UNSET and not same_soft_cap(kwargs.get(SOFT_CAP_KEYWORD), applied):
-            raise ValueError(describe_soft_cap(module, kwargs.get(SOFT_CAP_KEYWORD), applied))
+            raise ValueError(refusals.soft_cap(module, kwargs.get(SOFT_CAP_KEYWORD), applied))
+        built = getattr(module, BUILT_HEADS_ATTR, None)
+        if built is not None and len(args) >= 2 and (mismatch := heads_not_as_built(args[0], args[1], built)) is not None:
+            raise ValueError(refusals.heads(module, *mismatch))
         return attention(module, *args, **kwargs)
 
     setattr(checked, CHECKED_ATTR, True)
     return checked
 
 
-def install(
-    describe: Callable[[torch.nn.Module, list[str]], str],
-    describe_soft_cap: Callable[[torch.nn.Module, float | None, float | None], str],
-) -> None:
+def install(refusals: Refusals) -> None:
     """Wrap vLLM's attention functions in transformers' registry, once per process."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     for name in VLLM_ATTENTION_FUNCTIONS:
         if name in ALL_ATTENTION_FUNCTIONS:
-            checked = refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], describe, describe_soft_cap)
-            ALL_ATTENTION_FUNCTIONS.register(name, checked)
+            ALL_ATTENTION_FUNCTIONS.register(name, refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], refusals))
 
 
 def attends_beside_its_state(kind: str) -> bool:

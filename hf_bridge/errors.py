@@ -563,6 +563,17 @@ def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
     )
 
 
+def heads_not_as_built(module: Any, name: str, handed: tuple[int, int], held: tuple[int, int]) -> str:
+    counted = "`num_attention_heads`" if name == "query" else "`num_key_value_heads`"
+    return (
+        f"{type(module).__name__} hands its attention function {handed[0]} {name} heads of {handed[1]}, while vLLM's "
+        f"attention layer for it was built for {held[0]} of {held[1]} (the text config's {counted} and head size, per "
+        f"tensor-parallel rank): this decoder computes its heads otherwise than its config counts them (repeated "
+        f"for attention experts, or counted per layer), and vLLM would read them as other tokens' and answer wrongly. "
+        f"vLLM's Transformers backend cannot build such a layer. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
 def _soft_cap(value: float | None) -> str:
     return "none" if not value else f"{value:g}"
 

@@ -54,8 +54,9 @@ from vllm.sequence import IntermediateTensors
 
 from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
-from .attention_terms import APPLIED_SOFT_CAP_ATTR, layers_with_carried_state, layers_with_indexed_attention, passed_soft_cap
+from .attention_terms import APPLIED_SOFT_CAP_ATTR, BUILT_HEADS_ATTR, BuiltHeads, Refusals, layers_with_carried_state
 from .attention_terms import install as install_attention_term_check
+from .attention_terms import layers_with_indexed_attention, passed_soft_cap
 from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
@@ -119,7 +120,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
-        install_attention_term_check(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
+        install_attention_term_check(Refusals(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied, errors.heads_not_as_built))
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         text_model = self.get_language_model().model
@@ -482,6 +483,16 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         self._kv_sharing_targets = self._shared_kv_caches(prefix)
         with self._soft_cap_as_passed():
             super()._create_attention_instances(prefix)
+        self._mark_built_heads()
+
+    def _mark_built_heads(self) -> None:
+        """Mark each attention module with the heads its vLLM layer views a call by, for the
+        call-time check (`attention_terms.py`); latent (MLA) layers take no heads of keys."""
+        for name, _ in self.attention_fusers.values():
+            module = self.get_submodule(name)
+            layer = getattr(module, VLLM_ATTN_ATTR, None)
+            if isinstance(layer, Attention):
+                setattr(module, BUILT_HEADS_ATTR, BuiltHeads(layer.num_heads, layer.num_kv_heads, layer.head_size))
 
     @contextmanager
     def _soft_cap_as_passed(self):

@@ -8,6 +8,7 @@ states per request (`tests/test_carried_state.py`).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,10 @@ import torch
 from hf_bridge import errors
 from hf_bridge.attention_terms import (
     APPLIED_SOFT_CAP_ATTR,
+    BUILT_HEADS_ATTR,
+    BuiltHeads,
+    Refusals,
+    heads_not_as_built,
     install,
     known_keywords,
     layers_holding_nothing,
@@ -29,6 +34,7 @@ from hf_bridge.attention_terms import (
 )
 
 MINIMAX_SPARSE = Path(__file__).parent / "helpers" / "minimax_sparse.py"
+REFUSALS = Refusals(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied, errors.heads_not_as_built)
 NATIVE = ("Serve it with vLLM's native implementation (model_impl=\"vllm\") where vLLM has one for this architecture, "
           "or check it with transformers itself.")
 
@@ -50,8 +56,8 @@ def test_the_check_calls_the_attention_function_unchanged_or_refuses():
         calls.append(kwargs)
         return query, None
 
-    checked = refuse_unapplied_terms(attention, errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
-    assert refuse_unapplied_terms(checked, errors.attention_terms_not_applied, errors.soft_cap_not_as_applied) is checked, (
+    checked = refuse_unapplied_terms(attention, REFUSALS)
+    assert refuse_unapplied_terms(checked, REFUSALS) is checked, (
         "wrapped once")
     query = torch.ones(1, 2, 3, 4)
     assert checked(torch.nn.Identity(), query, query, query, None, scaling=0.5)[0] is query and calls == [{"scaling": 0.5}]
@@ -110,7 +116,7 @@ def test_a_soft_cap_other_than_vllms_layer_applies_is_refused():
     def attention(module, query, key, value, mask, **kwargs):
         return query, None
 
-    checked = refuse_unapplied_terms(attention, errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
+    checked = refuse_unapplied_terms(attention, REFUSALS)
     query = torch.ones(1, 2, 3, 4)
     module = torch.nn.Identity()
     assert checked(module, query, query, query, None, softcap=5.0)[0] is query, "a module hf_bridge did not mark"
@@ -128,6 +134,61 @@ def test_a_soft_cap_other_than_vllms_layer_applies_is_refused():
     assert checked(module, query, query, query, None, softcap=5)[0] is query
     with pytest.raises(ValueError, match="a soft cap of none, while vLLM's attention layer for it applies 5 "):
         checked(module, query, query, query, None)
+
+
+def test_queries_and_keys_are_judged_by_their_width_per_token():
+    """vLLM's function views a call's queries and keys as (tokens, heads x head size): what
+    counts is that width, so keys handed as one packed head pass, and keys repeated for
+    attention experts (JetMoE: twice the config's key heads) or a layer's own query heads
+    (Laguna) do not."""
+    built = BuiltHeads(num_heads=4, num_kv_heads=2, head_size=32)
+    assert heads_not_as_built(torch.ones(1, 4, 3, 32), torch.ones(1, 2, 3, 32), built) is None
+    assert heads_not_as_built(torch.ones(1, 4, 3, 32), torch.ones(1, 1, 3, 64), built) is None, "one packed head"
+    assert heads_not_as_built(torch.ones(1, 4, 3, 32), torch.ones(1, 4, 3, 32), built) == ("key", (4, 32), (2, 32))
+    assert heads_not_as_built(torch.ones(1, 48, 3, 32), torch.ones(1, 2, 3, 32), built) == ("query", (48, 32), (4, 32))
+
+
+def test_queries_or_keys_other_than_vllms_layer_views_are_refused():
+    def attention(module, query, key, value, mask, **kwargs):
+        return query, None
+
+    checked = refuse_unapplied_terms(attention, REFUSALS)
+    query, key = torch.ones(1, 4, 3, 32), torch.ones(1, 4, 3, 32)
+    module = torch.nn.Identity()
+    assert checked(module, query, key, key, None)[0] is query, "a module hf_bridge did not mark"
+    setattr(module, BUILT_HEADS_ATTR, BuiltHeads(4, 4, 32))
+    assert checked(module, query, key, key, None)[0] is query
+    setattr(module, BUILT_HEADS_ATTR, BuiltHeads(4, 2, 32))
+    with pytest.raises(ValueError) as raised:
+        checked(module, query, key, key, None)
+    assert str(raised.value) == (
+        "Identity hands its attention function 4 key heads of 32, while vLLM's attention layer for it was built for 2 "
+        "of 32 (the text config's `num_key_value_heads` and head size, per tensor-parallel rank): this decoder computes "
+        "its heads otherwise than its config counts them (repeated for attention experts, or counted per layer), and "
+        "vLLM would read them as other tokens' and answer wrongly. vLLM's Transformers backend cannot build such a "
+        f"layer. {NATIVE}")
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("text_type", "handed"), [
+    ("jetmoe", "JetMoeAttention hands its attention function 4 key heads of 32, while vLLM's attention layer for it "
+               "was built for 2 of 32 (the text config's `num_key_value_heads`"),
+    ("laguna", "LagunaAttention hands its attention function 4 query heads of 32, while vLLM's attention layer for it "
+               "was built for 2 of 32 (the text config's `num_attention_heads`"),
+])
+def test_a_decoder_whose_heads_are_not_its_configs_is_refused(backbones, engines, text_type, handed):
+    """JetMoE's attention repeats its key and value heads for its attention experts, so it
+    hands vLLM twice the config's key heads; Laguna's layers count their query heads
+    themselves (here 4 where the config says 2). vLLM read such keys as other tokens':
+    JetMoE's greedy tokens differed from transformers' from the first, without an error,
+    and Laguna stopped on a shape in vLLM's kernel. Now the first forward refuses, naming
+    the module and both counts."""
+    from vllm import SamplingParams
+
+    llm = engines.get(backbones(text_type), limit_mm_per_prompt={"image": 1})
+    with pytest.raises(ValueError, match=re.escape(handed)):
+        llm.generate("Hello", SamplingParams(max_tokens=2), use_tqdm=False)
+    engines.close()  # an in-process engine that raised is rebuilt before it serves again
 
 
 @pytest.mark.engine
@@ -159,8 +220,8 @@ def test_vllms_attention_functions_are_wrapped_not_replaced():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from vllm.model_executor.models import transformers as backend
 
-    install(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
-    install(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied)
+    install(REFUSALS)
+    install(REFUSALS)
     assert ALL_ATTENTION_FUNCTIONS["vllm"].__wrapped__ is backend.vllm_attention_forward
     assert ALL_ATTENTION_FUNCTIONS["vllm_mla"].__wrapped__ is backend.vllm_mla_attention_forward
 

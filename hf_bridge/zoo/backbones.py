@@ -29,6 +29,11 @@ BACKBONE_SETTINGS: dict[str, dict[str, Any]] = {
     "lfm2": dict(layer_types=["conv", "full_attention"]),
     # the same, its second layer's MLP one of experts
     "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    # query heads counted per layer, as its config allows: the default's list, derived before the
+    # shrink, keeps the full size's 48 in every layer
+    "laguna": dict(num_attention_heads_per_layer=[2, 4]),
+    # top-2 routing among the shrunk experts, as its checkpoints route (the default names no count)
+    "deepseek_v2": dict(num_experts_per_tok=2),
 }
 """Text-config values set after the shrink, where the default shrunk would not build or
 would lose a kind of layer its checkpoints have."""
