@@ -34,6 +34,11 @@ answered wrongly without an error, or stopped on a shape deep in vLLM's kernel. 
 module is marked with its layer's counts (`BUILT_HEADS_ATTR`), and the check refuses a call
 whose widths differ from them.
 
+transformers' mask functions build no mask under vLLM's attention implementation (it
+registers none), so a tensor mask handed to vLLM's function is the module's own term
+(Doge's dynamic mask, computed from the values and added to the scores): refused the same
+way, as vLLM's kernel attends by positions and never reads it.
+
 A layer whose indexer picks the keys each query attends to and keeps keys of its own in
 the cache (transformers' "indexed_attention": DeepSeek-V3.2, GLM-5, Qwen4-Exp) is found the
 same way, `layers_with_indexed_attention`, and refused before anything is built: some such
@@ -62,6 +67,8 @@ SOFT_CAP_KEYWORD = "softcap"
 """The keyword transformers' attention functions take a soft cap of the scores by."""
 APPLIED_SOFT_CAP_ATTR = "hf_bridge_soft_cap"
 """Set on an HF attention module: the soft cap vLLM's layer for it applies (None: none)."""
+MASK_ARGUMENT, MASK_POSITION = "attention_mask", 3
+"""How transformers' attention functions take the mask: after the module, q, k and v."""
 BUILT_HEADS_ATTR = "hf_bridge_built_heads"
 """Set on an HF attention module: the `BuiltHeads` of vLLM's layer for it."""
 _UNSET = object()
@@ -119,6 +126,15 @@ def same_soft_cap(passed: float | None, applied: float | None) -> bool:
     return (passed or None) == (applied or None)
 
 
+def own_mask(args: tuple, kwargs: Mapping[str, Any]) -> list[str]:
+    """`[MASK_ARGUMENT]` where a call hands a tensor mask: transformers' mask functions give
+    none under vLLM's attention implementation, which registers none, so such a mask is the
+    module's own term (Doge's dynamic mask, added to the scores), which vLLM's kernel,
+    attending by positions, never reads."""
+    mask = kwargs[MASK_ARGUMENT] if MASK_ARGUMENT in kwargs else args[MASK_POSITION] if len(args) > MASK_POSITION else None
+    return [MASK_ARGUMENT] if isinstance(mask, torch.Tensor) else []
+
+
 def heads_not_as_built(query: torch.Tensor, key: torch.Tensor, built: BuiltHeads) -> tuple[str, tuple[int, int], tuple[int, int]] | None:
     """("query" or "key", (heads, head size) handed, (heads, head size) vLLM's layer holds) for
     the first of a call's queries and keys, each (batch, heads, tokens, head size), whose
@@ -141,7 +157,7 @@ def refuse_unapplied_terms(attention: Callable, refusals: Refusals) -> Callable:
 
     @functools.wraps(attention)
     def checked(module, *args, **kwargs):
-        terms = unapplied_terms(kwargs, known)
+        terms = unapplied_terms(kwargs, known) + own_mask(args, kwargs)
         if terms:
             raise ValueError(refusals.terms(module, terms))
         applied = getattr(module, APPLIED_SOFT_CAP_ATTR, _UNSET)

@@ -557,7 +557,7 @@ def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
     names = ", ".join(f"`{t}`" for t in terms)
     return (
         f"{type(module).__name__} passes {names} to its attention function, a term of the attention "
-        f"scores (a position bias, the key blocks a sparse indexer chose) that vLLM's paged attention "
+        f"scores (a position bias, a mask of its own, the key blocks a sparse indexer chose) that vLLM's paged attention "
         f"does not apply: served by the Transformers backend, this model would not attend as it was "
         f"trained to, and answer wrongly. {NATIVE_OR_TRANSFORMERS}"
     )

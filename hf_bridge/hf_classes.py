@@ -244,6 +244,14 @@ def forward_reads(cls: type | None, argument: str) -> bool:
     return any(isinstance(node, ast.Name) and node.id == argument and isinstance(node.ctx, ast.Load) for node in ast.walk(tree))
 
 
+def forward_passes(cls: type | None, argument: str) -> bool:
+    """Whether `cls.forward` hands `argument` on by keyword (Gemma 3n's base model passes
+    its text model `per_layer_inputs=`; LLaVA's passes none). Where its source cannot be
+    read, it does not."""
+    tree = method_tree(cls) if cls is not None else None
+    return tree is not None and any(isinstance(node, ast.keyword) and node.arg == argument for node in ast.walk(tree))
+
+
 def method_source(cls: type, name: str = "forward") -> str | None:
     """The source of `cls`'s method `name`, unwrapped from its decorators and dedented;
     None where there is none to read (no such method, a builtin, code without a file)."""

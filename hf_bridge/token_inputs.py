@@ -8,7 +8,10 @@ the whole embedding table: a `[tokens, vocab, hidden]` comparison, beyond any me
 real sizes, that fails outright at an image row. So hf_bridge looks the per-layer
 embeddings up where vLLM still has the ids (`embed_input_ids`) and hands them to the HF
 model's forward, which takes them as `per_layer_inputs`, or where the base model's does
-not, to its text model's (Gemma 3n's). Ids whose per-layer rows the forward builds
+not, to its text model's where the base model hands it them too (Gemma 3n's) or the text
+model, given embeddings alone, looks them up itself (Gemma 4's). A base model that does
+neither (LLaVA's over a Gemma 3n decoder) runs its decoder without them in transformers,
+and so it does here. Ids whose per-layer rows the forward builds
 otherwise (Gemma 3n's media ranges, past the table's rows) take the forward's own
 (`forward_token_rows.py`).
 """
@@ -21,7 +24,7 @@ from typing import Any
 import torch
 
 from .forward_token_rows import TokenRows
-from .hf_classes import base_model_class, forward_takes
+from .hf_classes import base_model_class, forward_passes, forward_takes
 from .step_kwargs import hand_step_kwargs
 
 PER_LAYER_INPUT_FIELD = "hidden_size_per_layer_input"
@@ -51,11 +54,29 @@ def media_need_token_ids(config: Any) -> bool:
 def per_layer_inputs_taker(hf_model: torch.nn.Module, text_model: torch.nn.Module | None) -> torch.nn.Module | None:
     """The module hf_bridge hands per-layer inputs: the HF base model where its forward
     takes them (Gemma 4's passes them on to its text model), else its text model where
-    that takes them (Gemma 3n's base model computes them from ids only)."""
-    for module in (hf_model, text_model):
-        if module is not None and forward_takes(type(module), PER_LAYER_INPUTS_ARG):
-            return module
+    that takes them and transformers' forward gives it them (`text_model_gets_them`)."""
+    if forward_takes(type(hf_model), PER_LAYER_INPUTS_ARG):
+        return hf_model
+    if text_model is not None and forward_takes(type(text_model), PER_LAYER_INPUTS_ARG) and text_model_gets_them(
+            type(hf_model), type(text_model)):
+        return text_model
     return None
+
+
+def text_model_gets_them(base_class: type, text_class: type) -> bool:
+    """Whether transformers' base model runs its text model with per-layer token embeddings:
+    it hands them on (Gemma 3n's computes them from the ids), or the text model, given
+    embeddings alone, maps them back to ids and looks them up itself (Gemma 4's
+    `get_per_layer_inputs` takes `inputs_embeds`). Gemma 3n's text model given embeddings
+    alone adds none, so behind LLaVA's base model it runs without them."""
+    return looks_up_from_embeddings(text_class) or forward_passes(base_class, PER_LAYER_INPUTS_ARG)
+
+
+def looks_up_from_embeddings(text_class: type) -> bool:
+    """Whether the text model's `get_per_layer_inputs` takes `inputs_embeds` (Gemma 4's,
+    which given embeddings alone maps them back to ids); Gemma 3n's takes ids only."""
+    lookup = getattr(text_class, "get_per_layer_inputs", None)
+    return lookup is not None and "inputs_embeds" in inspect.signature(lookup).parameters
 
 
 class PerLayerTokenInputs:
@@ -67,8 +88,7 @@ class PerLayerTokenInputs:
 
     def __init__(self, text_model: torch.nn.Module, max_tokens: int):
         self.lookup = text_model.get_per_layer_inputs
-        takes_embeds = "inputs_embeds" in inspect.signature(self.lookup).parameters
-        self.lookup_kwargs = {"inputs_embeds": None} if takes_embeds else {}  # Gemma 4 asks, Gemma 3n does not
+        self.lookup_kwargs = {"inputs_embeds": None} if looks_up_from_embeddings(type(text_model)) else {}  # Gemma 4 asks
         self.media_token_id = getattr(text_model.config, MEDIA_TOKEN_ID, None) or 0
         self.table_size = getattr(text_model.config, PER_LAYER_VOCAB_FIELD, None) or text_model.config.vocab_size
         row = self._rows(torch.zeros(1, dtype=torch.long, device=next(text_model.parameters()).device))

@@ -24,6 +24,7 @@ from hf_bridge.attention_terms import (
     Refusals,
     heads_not_as_built,
     install,
+    own_mask,
     known_keywords,
     layers_holding_nothing,
     layers_with_carried_state,
@@ -148,6 +149,22 @@ def test_queries_and_keys_are_judged_by_their_width_per_token():
     assert heads_not_as_built(torch.ones(1, 48, 3, 32), torch.ones(1, 2, 3, 32), built) == ("query", (48, 32), (4, 32))
 
 
+def test_a_mask_of_the_modules_own_is_a_term_vllm_does_not_apply():
+    """Under vLLM's attention implementation transformers' mask functions build none, so a
+    tensor mask is the module's own (Doge's dynamic mask), by keyword or in its place."""
+    query = torch.ones(1, 2, 3, 4)
+    assert own_mask((query, query, query, None), {}) == [] and own_mask((query, query, query), {}) == []
+    assert own_mask((query, query, query), {"attention_mask": None}) == []
+    assert own_mask((query, query, query), {"attention_mask": query}) == ["attention_mask"]
+    assert own_mask((query, query, query, query), {}) == ["attention_mask"]
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        return query, None
+
+    with pytest.raises(ValueError, match=r"^Identity passes `attention_mask` to its attention function, a term"):
+        refuse_unapplied_terms(attention, REFUSALS)(torch.nn.Identity(), query, query, query, attention_mask=query)
+
+
 def test_queries_or_keys_other_than_vllms_layer_views_are_refused():
     def attention(module, query, key, value, mask, **kwargs):
         return query, None
@@ -175,14 +192,16 @@ def test_queries_or_keys_other_than_vllms_layer_views_are_refused():
                "was built for 2 of 32 (the text config's `num_key_value_heads`"),
     ("laguna", "LagunaAttention hands its attention function 4 query heads of 32, while vLLM's attention layer for it "
                "was built for 2 of 32 (the text config's `num_attention_heads`"),
+    ("doge", "DogeAttention passes `attention_mask` to its attention function, a term of the attention scores"),
 ])
-def test_a_decoder_whose_heads_are_not_its_configs_is_refused(backbones, engines, text_type, handed):
+def test_a_decoder_vllm_would_attend_otherwise_is_refused(backbones, engines, text_type, handed):
     """JetMoE's attention repeats its key and value heads for its attention experts, so it
     hands vLLM twice the config's key heads; Laguna's layers count their query heads
     themselves (here 4 where the config says 2). vLLM read such keys as other tokens':
     JetMoE's greedy tokens differed from transformers' from the first, without an error,
-    and Laguna stopped on a shape in vLLM's kernel. Now the first forward refuses, naming
-    the module and both counts."""
+    and Laguna stopped on a shape in vLLM's kernel. Doge adds a mask of its own, computed
+    from the values, to the scores; vLLM never read it, and its greedy tokens differed
+    from the first too. Now the first forward refuses, naming the module and the cause."""
     from vllm import SamplingParams
 
     llm = engines.get(backbones(text_type), limit_mm_per_prompt={"image": 1})
@@ -301,7 +320,8 @@ def checkpoint(kind, tmp_path):
 @pytest.mark.parametrize(("kind", "message"), [
     ("minimax_sparse",
      "ValueError: MiniMaxM3VLAttention passes `block_indices` to its attention function, a term of the attention scores "
-     "(a position bias, the key blocks a sparse indexer chose) that vLLM's paged attention does not apply: served by the "
+     "(a position bias, a mask of its own, the key blocks a sparse indexer chose) that vLLM's paged attention does not "
+     "apply: served by the "
      "Transformers backend, this model would not attend as it was trained to, and answer wrongly. " + NATIVE),
     ("qwen4_exp",
      "ValueError: 1 decoder layer(s) of this qwen4_exp model attend sparsely (layers 1 (indexed_attention)): an indexer "

@@ -9,6 +9,10 @@ Each decoder exercises a kind of layer the sweep's VLMs lack:
 - GPT-OSS's experts gate otherwise than vLLM's fused layer and store (in, out) per expert:
   kept as transformers wrote them, they load as it stores them (they were transposed for
   vLLM's layer, and the engine failed to load where the in-tree backend passes);
+- Gemma 3n's decoder takes per-layer token embeddings, which LLaVA's base model never
+  hands it, so in transformers it runs without them: so it does here (handed them, the
+  greedy tokens left transformers' at the first); its last two layers read the first
+  two's KV caches;
 - Kimi-Linear and Zamba2 lay out their layers in ways vLLM cannot build: refused by name.
 """
 
@@ -35,6 +39,8 @@ def _groups(llm) -> list[tuple[str, list[str]]]:
                ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
     ("gpt_oss", [("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn"]),
                  ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
+    ("gemma3n_text", [("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.2.self_attn.attn"]),
+                      ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn", f"{LANGUAGE_LAYERS}.3.self_attn.attn"])]),
 ])
 def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     """Each layer that attends gets a KV cache and each that carries a state a slot, no

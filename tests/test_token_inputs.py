@@ -45,6 +45,25 @@ def test_media_need_token_ids_only_where_no_forward_can_take_them():
     assert per_layer_inputs_taker(gemma3n, gemma3n.language_model) is gemma3n.language_model
 
 
+def test_a_decoder_is_handed_per_layer_inputs_only_where_transformers_gives_it_them():
+    """LLaVA's base model runs its decoder on embeddings alone. Gemma 3n's text model then
+    adds no per-layer token embeddings (its `get_per_layer_inputs` takes ids only), so
+    behind LLaVA it is handed none: handed them, the engine's greedy tokens left
+    transformers' at the first (`tests/test_backbones.py`). Gemma 4's text model maps the
+    embeddings back to ids and looks them up itself, so it is handed them."""
+    from transformers import AutoConfig, Gemma3nModel, Gemma3nTextModel, Gemma4TextModel, LlavaModel
+
+    from hf_bridge.token_inputs import text_model_gets_them
+
+    assert not text_model_gets_them(LlavaModel, Gemma3nTextModel)
+    assert text_model_gets_them(Gemma3nModel, Gemma3nTextModel), "Gemma 3n's base model hands them on"
+    assert text_model_gets_them(LlavaModel, Gemma4TextModel)
+    with torch.device("meta"):
+        text = Gemma3nTextModel(AutoConfig.for_model("gemma3n_text"))
+        llava = LlavaModel(AutoConfig.for_model("llava"))
+    assert per_layer_inputs_taker(llava, text) is None
+
+
 def test_carried_inputs_give_the_hf_forward_from_ids(gemma4):
     """Embeddings plus the carried per-layer inputs give exactly the hidden states of
     transformers' own forward from the ids, image positions included (there the id is
