@@ -149,24 +149,27 @@ def _runner_by_name(architecture: str) -> str | None:
 
 def _register_config_updates() -> None:
     """vLLM's per-architecture config hook, for hf_bridge's names (`KeepMediaItemsWhole`,
-    `CarriedStateConfig`), each followed by `per_request_rope.keep_frequencies_per_request`."""
+    `CarriedStateConfig`), each followed by `per_request_rope.keep_frequencies_per_request`
+    and `cpu_mla_backend.reference_mla_for_float32`."""
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
 
     from .bidirectional import KeepMediaItemsWhole
+    from .cpu_mla_backend import reference_mla_for_float32
     from .per_request_rope import keep_frequencies_per_request
     from .state_layers import CarriedStateConfig
 
-    def then_rope_frequencies(hook):
+    def then_own_updates(hook):
         class Hook(hook):
             @staticmethod
             def verify_and_update_config(vllm_config) -> None:
                 hook.verify_and_update_config(vllm_config)
                 keep_frequencies_per_request(vllm_config)
+                reference_mla_for_float32(vllm_config)
 
         Hook.__name__ = Hook.__qualname__ = hook.__name__
         return Hook
 
-    hooks = {hook: then_rope_frequencies(hook) for hook in (KeepMediaItemsWhole, CarriedStateConfig)}
+    hooks = {hook: then_own_updates(hook) for hook in (KeepMediaItemsWhole, CarriedStateConfig)}
     for own in OWN_CLASSES:
         MODELS_CONFIG_MAP.setdefault(own, hooks[CarriedStateConfig if own in CARRYING_STATE.values() else KeepMediaItemsWhole])
 

@@ -16,6 +16,7 @@ from pathlib import Path
 CARRYING_STATE = (
     "bamba", "falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "qwen3_next", "lfm2", "lfm2_moe",
     "olmo_hybrid", "kimi_linear", "minimax", "zamba", "zamba2", "mamba", "mamba2", "falcon_mamba", "recurrent_gemma",
+    "qwen3_5_text", "qwen3_5_moe_text",
 )
 """Decoders with layers that carry a convolution or recurrent state (Mamba, linear attention,
 short convolutions), alone or beside attention."""
@@ -23,6 +24,12 @@ ATTENTION_ONLY = (
     "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "gemma2", "gemma3_text", "phi3", "granite", "olmo2",
     "cohere2", "glm4", "exaone4", "ernie4_5", "smollm3", "olmo3", "seed_oss", "apertus", "deepseek_v3", "gpt_oss",
     "mixtral", "qwen2_moe", "glm4_moe", "minimax_m2", "hunyuan_v1_moe",
+    # added 2026-11-30: every other decoder-only text type transformers 5.19 ships a causal LM for
+    "afmoe", "arcee", "bitnet", "cohere", "cohere2_moe", "cwm", "dbrx", "deepseek_v2", "diffllama", "doge", "dots1",
+    "ernie4_5_moe", "exaone_moe", "falcon", "flex_olmo", "gemma", "gemma3n_text", "gemma4_text", "glm", "glm4_moe_lite",
+    "gpt_neox", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hunyuan_v1_dense", "hy_v3",
+    "jais2", "jetmoe", "laguna", "llama4_text", "longcat_flash", "mellum", "mimo_v2_flash", "ministral", "ministral3",
+    "nemotron", "olmo", "olmoe", "phi", "phimoe", "solar_open", "stablelm", "starcoder2", "vaultgemma", "youtu", "zaya",
 )
 """Decoders VLMs are built on or could be, for comparison."""
 CASES = ("text_only", "one_image", "two_images")

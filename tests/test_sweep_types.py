@@ -516,6 +516,28 @@ def test_the_hf_model_is_built_from_transformers_own_config(generic_checkpoints)
     assert transformers_own_config(llava, model_config) is None
 
 
+def test_a_float32_latent_attention_model_computes_on_vllms_float32_cpu_backend(generic):
+    """On a CPU with AMX tiles vLLM picks its AMX MLA backend for every MLA model, and that
+    backend packs weights for bfloat16, float16 and int8 kernels only: Kimi-K2.5 in float32
+    stopped at load (`invalid weight input features 16`, the in-tree backend alike; its
+    parity case above then failed). hf_bridge asks for vLLM's reference CPU_MLA backend,
+    which computes in float32 and is vLLM's own choice on a CPU without AMX; bfloat16 and a
+    backend the user names keep vLLM's choice."""
+    import torch
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    model_dir = str(generic("kimi_k25"))
+
+    def backend(**kwargs):
+        return EngineArgs(model=model_dir, **kwargs).create_engine_config().attention_config.backend
+
+    amx = torch.cpu._is_amx_tile_supported()
+    assert backend(dtype="float32") == (AttentionBackendEnum.CPU_MLA if amx else None)
+    assert backend(dtype="bfloat16") is None
+    assert backend(dtype="float32", attention_backend="AMX_MLA") == AttentionBackendEnum.AMX_MLA
+
+
 def test_the_front_end_reads_the_config_the_model_is_built_from(generic):
     """The processor's side (its probes, which modalities the HF model encodes and how)
     reads transformers' own config too, not the class vLLM loaded: vLLM's Qwen3-ASR class
