@@ -2,7 +2,7 @@
 (`hf_bridge/zoo/backbones.py`): every stage through `hf-bridge validate`, against
 transformers, through hf_bridge and vLLM's in-tree Transformers backend.
 
-    .venv/bin/python scripts/backbones.py --out BACKBONES.md          # all (about 40 minutes)
+    .venv/bin/python scripts/backbones.py --out BACKBONES.md          # all (about 75 minutes)
     .venv/bin/python scripts/backbones.py --only jamba --impls hf_bridge   # printed only
 """
 
