@@ -38,7 +38,7 @@ from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
 from vllm.config.utils import getattr_iter
 from vllm.logger import init_logger
 from vllm.model_executor.layers.attention import Attention
-from vllm.model_executor.layers.linear import LinearBase
+from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
 from vllm.model_executor.models.utils import PPMissingLayer, StageMissingLayer, maybe_prefix
@@ -64,7 +64,7 @@ from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .encoder_graphs.protocol import EncoderGraphsMixin
 from .bidirectional import attends_within_media_on_cpu, report_bidirectional_attention
 from .checkpoint_layout import transformers_layout
-from .cpu_linear_inputs import contiguous_linear_inputs
+from .cpu_linear_inputs import contiguous_linear_inputs, quantized_linears_on_rows
 from .embeds import EMBEDS_KEY
 from .forward_token_rows import EMBEDS, TokenRows, apply_beside_media, asked_ids, learn_token_rows
 from .rows_beside_items import rows_beside_items
@@ -588,6 +588,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                 _name_sizes_as_torch(module)
         if current_platform.is_cpu():
             contiguous_linear_inputs(self.model, (LinearBase,))
+            quantized_linears_on_rows(self.model, (LinearBase,), UnquantizedLinearMethod)
 
     def _towers_replicated(self, plan: dict[str, str], text_model: torch.nn.Module | None,
                            generating: torch.nn.Module | None, head_name: str | None) -> list:

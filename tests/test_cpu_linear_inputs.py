@@ -36,3 +36,27 @@ def test_inputs_already_in_layout_pass_untouched():
     x = torch.randn(3, 4)
     layer(x)
     assert seen[0] is x
+
+
+def test_a_quantized_layer_is_handed_rows_and_gives_back_the_leading_dimensions():
+    """vLLM's AMX int8 kernel takes rows only; HF modules hand (batch, tokens, hidden)."""
+    from hf_bridge.cpu_linear_inputs import quantized_linears_on_rows
+
+    class Unquantized:
+        pass
+
+    class Quantized:
+        pass
+
+    class RowsOnly(torch.nn.Linear):
+        def forward(self, x):
+            assert x.ndim == 2, x.shape
+            return super().forward(x)
+
+    quantized, plain = RowsOnly(4, 3), torch.nn.Linear(4, 3)
+    quantized.quant_method, plain.quant_method = Quantized(), Unquantized()
+    model = torch.nn.Sequential(quantized, torch.nn.Linear(3, 4), plain)
+    assert quantized_linears_on_rows(model, (torch.nn.Linear,), Unquantized) == 1, "quantized layers only"
+    x = torch.randn(1, 5, 4)
+    assert torch.equal(quantized(x), torch.nn.functional.linear(x, quantized.weight, quantized.bias))
+    assert quantized(x).shape == (1, 5, 3) and quantized(x[0]).shape == (5, 3)
