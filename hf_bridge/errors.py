@@ -574,6 +574,14 @@ def heads_not_as_built(module: Any, name: str, handed: tuple[int, int], held: tu
     )
 
 
+def module_heads_not_divisible(model_type: str, heads: Mapping[str, int], tp_size: int) -> str:
+    counts = ", ".join(f"{name}: {count}" for name, count in heads.items())
+    return (
+        f"This {model_type} model's attention modules count query heads of their own that {tp_size} tensor-parallel "
+        f"ranks cannot share evenly ({counts}). Choose a tensor_parallel_size that divides each count."
+    )
+
+
 def _soft_cap(value: float | None) -> str:
     return "none" if not value else f"{value:g}"
 

@@ -190,16 +190,14 @@ def test_queries_or_keys_other_than_vllms_layer_views_are_refused():
 @pytest.mark.parametrize(("text_type", "handed"), [
     ("jetmoe", "JetMoeAttention hands its attention function 4 key heads of 32, while vLLM's attention layer for it "
                "was built for 2 of 32 (the text config's `num_key_value_heads`"),
-    ("laguna", "LagunaAttention hands its attention function 4 query heads of 32, while vLLM's attention layer for it "
-               "was built for 2 of 32 (the text config's `num_attention_heads`"),
     ("doge", "DogeAttention passes `attention_mask` to its attention function, a term of the attention scores"),
 ])
 def test_a_decoder_vllm_would_attend_otherwise_is_refused(backbones, engines, text_type, handed):
     """JetMoE's attention repeats its key and value heads for its attention experts, so it
-    hands vLLM twice the config's key heads; Laguna's layers count their query heads
-    themselves (here 4 where the config says 2). vLLM read such keys as other tokens':
-    JetMoE's greedy tokens differed from transformers' from the first, without an error,
-    and Laguna stopped on a shape in vLLM's kernel. Doge adds a mask of its own, computed
+    hands vLLM twice the config's key heads, which vLLM read as other tokens' keys:
+    its greedy tokens differed from transformers' from the first, without an error
+    (Laguna's layers, which count their own query heads, are now built with them:
+    `test_backbones.py`). Doge adds a mask of its own, computed
     from the values, to the scores; vLLM never read it, and its greedy tokens differed
     from the first too. Now the first forward refuses, naming the module and the cause."""
     from vllm import SamplingParams

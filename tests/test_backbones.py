@@ -13,6 +13,8 @@ Each decoder exercises a kind of layer the sweep's VLMs lack:
   hands it, so in transformers it runs without them: so it does here (handed them, the
   greedy tokens left transformers' at the first); its last two layers read the first
   two's KV caches;
+- Laguna counts each layer's query heads itself (2 and 4 here, the config 2): each layer
+  is built with its module's count;
 - Kimi-Linear and Zamba2 lay out their layers in ways vLLM cannot build: refused by name.
 """
 
@@ -29,6 +31,16 @@ def _groups(llm) -> list[tuple[str, list[str]]]:
     return [(type(group.kv_cache_spec).__name__, group.layer_names) for group in runner.kv_cache_config.kv_cache_groups]
 
 
+def _heads(llm) -> dict[str, tuple[int | None, int]]:
+    """Each vLLM attention layer's name -> (its HF module's own `num_heads`, or None; the
+    query heads vLLM's layer was built with)."""
+    from vllm.model_executor.layers.attention import Attention
+
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    return {name: (vars(model.get_submodule(name.rpartition(".")[0])).get("num_heads"), layer.num_heads)
+            for name, layer in model.named_modules() if isinstance(layer, Attention)}
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize(("text_type", "groups"), [
     ("falcon_h1", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.1.self_attn.attn"]),
@@ -41,10 +53,12 @@ def _groups(llm) -> list[tuple[str, list[str]]]:
                  ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
     ("gemma3n_text", [("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.2.self_attn.attn"]),
                       ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn", f"{LANGUAGE_LAYERS}.3.self_attn.attn"])]),
+    ("laguna", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
 ])
 def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     """Each layer that attends gets a KV cache and each that carries a state a slot, no
-    other layer gets either; text and an image keep strict parity with transformers."""
+    other layer gets either; each is built with the query heads its module counts; text
+    and an image keep strict parity with transformers."""
     from transformers import AutoProcessor
 
     from hf_bridge.validate import parity
@@ -57,6 +71,7 @@ def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     cache_references(model_dir, cases, ("float32",))
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1})
     assert _groups(llm) == groups
+    assert {name: heads for name, heads in _heads(llm).items() if heads[0] not in (None, heads[1])} == {}
     for case, reference in zip(cases, references(model_dir, cases)):
         assert not parity.is_degenerate(reference.tokens), (case.name, reference.tokens)
         assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name
