@@ -28,10 +28,10 @@ check above also refuses a call whose `softcap` is not what vLLM's layer applies
 
 vLLM's function reads each call's queries and keys as (tokens, heads x head size) and views
 them by the heads its layer was built with, the config's counts (per tensor-parallel rank).
-A module that hands it other counts (JetMoE repeats its key and value heads for its
-attention experts) was read as other tokens' keys, and answered wrongly without an error,
-or stopped on a shape deep in vLLM's kernel (a layer whose module counts its own query
-heads is built with them: `layer_heads.py`). Each
+A module that hands it other counts was read as other tokens' keys, and answered wrongly
+without an error (JetMoE, which tiles its key heads once per attention expert), or stopped
+on a shape deep in vLLM's kernel (Laguna's query heads per layer); where the module counts
+them itself, its layer is now built with them (`layer_heads.py`). Each
 module is marked with its layer's counts (`BUILT_HEADS_ATTR`), and the check refuses a call
 whose widths differ from them.
 

@@ -567,9 +567,9 @@ def heads_not_as_built(module: Any, name: str, handed: tuple[int, int], held: tu
     counted = "`num_attention_heads`" if name == "query" else "`num_key_value_heads`"
     return (
         f"{type(module).__name__} hands its attention function {handed[0]} {name} heads of {handed[1]}, while vLLM's "
-        f"attention layer for it was built for {held[0]} of {held[1]} (the text config's {counted} and head size, per "
-        f"tensor-parallel rank): this decoder computes its heads otherwise than its config counts them (repeated "
-        f"for attention experts, or counted per layer), and vLLM would read them as other tokens' and answer wrongly. "
+        f"attention layer for it was built for {held[0]} of {held[1]} (the text config's {counted} and head size, or "
+        f"the module's own `num_heads` and `num_key_value_groups`, per tensor-parallel rank): this decoder computes its "
+        f"heads otherwise than either counts them, and vLLM would read them as other tokens' and answer wrongly. "
         f"vLLM's Transformers backend cannot build such a layer. {NATIVE_OR_TRANSFORMERS}"
     )
 

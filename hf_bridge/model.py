@@ -71,7 +71,7 @@ from .rows_beside_items import rows_beside_items
 from .head import HFLogitsHead
 from .kept_modules import (children_beside, kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
                            norms_over_another_axis, planned_children, statistics_over_sharded_units, torch_composites)
-from .layer_heads import heads_beside_config, per_rank, with_query_heads
+from .layer_heads import LayerHeads, heads_beside_config, per_rank, with_heads
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import decoder_of, generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
@@ -482,7 +482,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         and values reads that layer's cache (`kv_sharing.py`). vLLM's fast prefill for such
         layers drops prompt tokens the HF decoder computes, so it is refused there."""
         self._kv_sharing_targets = self._shared_kv_caches(prefix)
-        self._own_query_heads = self._query_heads_beside_config(prefix)
+        self._own_heads = self._heads_beside_config(prefix)
         with self._soft_cap_as_passed():
             super()._create_attention_instances(prefix)
         self._mark_built_heads()
@@ -496,17 +496,21 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
             if isinstance(layer, Attention):
                 setattr(module, BUILT_HEADS_ATTR, BuiltHeads(layer.num_heads, layer.num_kv_heads, layer.head_size))
 
-    def _query_heads_beside_config(self, prefix: str) -> dict[str, int]:
-        """Each vLLM layer name -> its query heads per rank, for the layers whose attention
-        module counts its own beside the config's (`layer_heads.py`)."""
+    def _heads_beside_config(self, prefix: str) -> dict[str, LayerHeads]:
+        """Each vLLM layer name -> its heads per rank, for the layers whose attention module
+        counts its own beside the config's (`layer_heads.py`); latent (MLA) layers keep vLLM's."""
+        if self.model_config.use_mla:
+            return {}
         modules = {layer: name for layer, (name, _) in self.attention_fusers.items()}
         arch = self.model_config.model_arch_config
-        own = heads_beside_config({name: self.get_submodule(name) for name in modules.values()},
-                                  {name: arch[layer].total_num_attention_heads for layer, name in modules.items()})
+        configured = {name: LayerHeads(arch[layer].total_num_attention_heads, arch[layer].total_num_kv_heads)
+                      for layer, name in modules.items()}
+        own = heads_beside_config({name: self.get_submodule(name) for name in modules.values()}, configured)
         if own:
-            logger.info("hf_bridge: %d of %d decoder layers' attention modules count their own query heads beside the "
+            logger.info("hf_bridge: %d of %d decoder layers' attention modules count their own heads beside the "
                         "config's (%s): vLLM's layers are built with them", len(own), len(modules),
-                        ", ".join(f"{name}: {heads}" for name, heads in own.items()))
+                        ", ".join(f"{name}: {heads.num_heads} query, {heads.num_kv_heads} key/value heads"
+                                  for name, heads in own.items()))
         return {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): heads
                 for name, heads in per_rank(own, self.parallel_config.tensor_parallel_size, self.config.model_type).items()}
 
@@ -560,8 +564,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
     def _get_attn_cls(self):
         """vLLM's layer class, or on a CPU, for a model attending both ways within media
         items, the same layer on `cpu_media_attention.py`'s backend; built reading a
-        shared cache where a layer shares one, and with its module's own query heads where
-        it counts them beside the config (`_create_attention_instances`)."""
+        shared cache where a layer shares one, and with its module's own heads where it
+        counts them beside the config (`_create_attention_instances`)."""
         attn_cls = super()._get_attn_cls()
         if attn_cls is Attention and attends_within_media_on_cpu(self.model_config):
             from .cpu_media_attention import CPUMediaAttention
@@ -572,8 +576,8 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         build = attn_cls
         if targets := getattr(self, "_kv_sharing_targets", None):
             build = reading_shared_caches(build, targets)
-        if heads := getattr(self, "_own_query_heads", None):
-            build = with_query_heads(build, heads)
+        if heads := getattr(self, "_own_heads", None):
+            build = with_heads(build, heads)
         return build
 
     def _attention_backend(self):

@@ -42,7 +42,7 @@ NOT_BUILT: dict[str, str] = {}
 def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
     """(exit code, what did not pass, seconds) of validating the LLaVA over `text_type`."""
     from hf_bridge.validate import command
-    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS, STAGES, TRANSFORMERS_REFUSED, compared_with_nothing
     from hf_bridge.zoo.backbones import build_backbone_model
 
     model_dir = scratch / text_type
@@ -59,8 +59,12 @@ def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
     said = f"{len(others)} verdict(s) not passed, first {others[0].case} {others[0].stage}: {others[0].outcome}: " \
         f"{' '.join(others[0].detail.split())[:DETAIL_CHARS]}" if others else ""
     if not others and any(v.outcome == NOT_APPLICABLE for v in report.verdicts):
-        first = next(v for v in report.verdicts if v.outcome == NOT_APPLICABLE)
-        said = f"n/a: {' '.join(first.detail.split())[:DETAIL_CHARS]}"
+        refused = [v for v in report.verdicts if v.outcome == NOT_APPLICABLE and v.detail.startswith(TRANSFORMERS_REFUSED)]
+        first = (refused or [v for v in report.verdicts if v.outcome == NOT_APPLICABLE])[0]
+        nothing = sorted({stage for _, stage in compared_with_nothing(report.verdicts)}, key=STAGES.index)
+        others_pass = " (the other stages pass)" if len(nothing) < len({v.stage for v in report.verdicts}) else ""
+        unchecked = f"{', '.join(nothing)} compared with nothing{others_pass}: " if nothing else ""
+        said = f"n/a: {unchecked}{' '.join(first.detail.split())[:DETAIL_CHARS]}"
     return report.exit_code, said, time.perf_counter() - start
 
 
@@ -106,7 +110,8 @@ def main() -> None:
             f"{', '.join(CASES)}, every stage through `hf-bridge validate --impl` against transformers (decoding strict: "
             "identical prompt ids and greedy tokens, log-probs within 1e-3, float32). Exit 1: a stage failed, "
             "named with its cause; exit 2: one could not be checked; exit 3: the checkpoint did not build; n/a: "
-            "transformers itself cannot run the shrunk model.\n\n"
+            "transformers itself cannot run the shrunk model's cases, and the stages it names were compared with "
+            "nothing.\n\n"
             f"| text type | kind | layer types | {' | '.join(args.impls)} |\n"
             f"|---|---|---|{'---|' * len(args.impls)}\n" + "\n".join(rows) + "\n"
         )

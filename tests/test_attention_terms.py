@@ -180,30 +180,24 @@ def test_queries_or_keys_other_than_vllms_layer_views_are_refused():
         checked(module, query, key, key, None)
     assert str(raised.value) == (
         "Identity hands its attention function 4 key heads of 32, while vLLM's attention layer for it was built for 2 "
-        "of 32 (the text config's `num_key_value_heads` and head size, per tensor-parallel rank): this decoder computes "
-        "its heads otherwise than its config counts them (repeated for attention experts, or counted per layer), and "
-        "vLLM would read them as other tokens' and answer wrongly. vLLM's Transformers backend cannot build such a "
-        f"layer. {NATIVE}")
+        "of 32 (the text config's `num_key_value_heads` and head size, or the module's own `num_heads` and "
+        "`num_key_value_groups`, per tensor-parallel rank): this decoder computes its heads otherwise than either "
+        "counts them, and vLLM would read them as other tokens' and answer wrongly. vLLM's Transformers backend "
+        f"cannot build such a layer. {NATIVE}")
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize(("text_type", "handed"), [
-    ("jetmoe", "JetMoeAttention hands its attention function 4 key heads of 32, while vLLM's attention layer for it "
-               "was built for 2 of 32 (the text config's `num_key_value_heads`"),
-    ("doge", "DogeAttention passes `attention_mask` to its attention function, a term of the attention scores"),
-])
-def test_a_decoder_vllm_would_attend_otherwise_is_refused(backbones, engines, text_type, handed):
-    """JetMoE's attention repeats its key and value heads for its attention experts, so it
-    hands vLLM twice the config's key heads, which vLLM read as other tokens' keys:
-    its greedy tokens differed from transformers' from the first, without an error
-    (Laguna's layers, which count their own query heads, are now built with them:
-    `test_backbones.py`). Doge adds a mask of its own, computed
-    from the values, to the scores; vLLM never read it, and its greedy tokens differed
-    from the first too. Now the first forward refuses, naming the module and the cause."""
+def test_a_decoder_adding_a_mask_of_its_own_is_refused(backbones, engines):
+    """Doge adds a mask of its own, computed from the values, to the scores; vLLM never
+    read it, and its greedy tokens differed from transformers' from the first, without an
+    error. Now the first forward refuses, naming the module and the cause. (JetMoE's and
+    Laguna's heads, refused here before, are now built as their modules count them:
+    `test_backbones.py`.)"""
     from vllm import SamplingParams
 
-    llm = engines.get(backbones(text_type), limit_mm_per_prompt={"image": 1})
-    with pytest.raises(ValueError, match=re.escape(handed)):
+    llm = engines.get(backbones("doge"), limit_mm_per_prompt={"image": 1})
+    with pytest.raises(ValueError, match=re.escape(
+            "DogeAttention passes `attention_mask` to its attention function, a term of the attention scores")):
         llm.generate("Hello", SamplingParams(max_tokens=2), use_tqdm=False)
     engines.close()  # an in-process engine that raised is rebuilt before it serves again
 

@@ -13,8 +13,10 @@ Each decoder exercises a kind of layer the sweep's VLMs lack:
   hands it, so in transformers it runs without them: so it does here (handed them, the
   greedy tokens left transformers' at the first); its last two layers read the first
   two's KV caches;
-- Laguna counts each layer's query heads itself (2 and 4 here, the config 2): each layer
-  is built with its module's count;
+- Laguna counts each layer's query heads itself (2 and 4 here, the config 2), MiMo-V2-Flash
+  gives its sliding-window layers twice the config's key heads, and JetMoE hands its key
+  heads tiled once per attention expert, each serving one query head: each layer is built
+  with its module's counts (`num_heads`, `num_key_value_groups`);
 - Kimi-Linear and Zamba2 lay out their layers in ways vLLM cannot build: refused by name.
 """
 
@@ -31,13 +33,18 @@ def _groups(llm) -> list[tuple[str, list[str]]]:
     return [(type(group.kv_cache_spec).__name__, group.layer_names) for group in runner.kv_cache_config.kv_cache_groups]
 
 
-def _heads(llm) -> dict[str, tuple[int | None, int]]:
-    """Each vLLM attention layer's name -> (its HF module's own `num_heads`, or None; the
-    query heads vLLM's layer was built with)."""
+def _heads(llm) -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
+    """Each vLLM attention layer's name -> (the heads its HF module hands, by its own counts
+    where it keeps them, else the config's; the heads vLLM's layer was built with)."""
     from vllm.model_executor.layers.attention import Attention
 
+    from hf_bridge.layer_heads import LayerHeads, own_heads
+
     model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
-    return {name: (vars(model.get_submodule(name.rpartition(".")[0])).get("num_heads"), layer.num_heads)
+    config = model.config.get_text_config()
+    configured = LayerHeads(config.num_attention_heads, config.num_key_value_heads)
+    return {name: (tuple(own_heads(model.get_submodule(name.rpartition(".")[0]), configured)),
+                   (layer.num_heads, layer.num_kv_heads))
             for name, layer in model.named_modules() if isinstance(layer, Attention)}
 
 
@@ -54,6 +61,10 @@ def _heads(llm) -> dict[str, tuple[int | None, int]]:
     ("gemma3n_text", [("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.2.self_attn.attn"]),
                       ("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn", f"{LANGUAGE_LAYERS}.3.self_attn.attn"])]),
     ("laguna", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
+    ("mimo_v2_flash", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn"]),
+                       ("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
+    ("jetmoe", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attention.attn",
+                                       f"{LANGUAGE_LAYERS}.1.self_attention.attn"])]),
 ])
 def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     """Each layer that attends gets a KV cache and each that carries a state a slot, no
@@ -71,7 +82,7 @@ def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     cache_references(model_dir, cases, ("float32",))
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 1})
     assert _groups(llm) == groups
-    assert {name: heads for name, heads in _heads(llm).items() if heads[0] not in (None, heads[1])} == {}
+    assert {name: heads for name, heads in _heads(llm).items() if heads[0] != heads[1]} == {}
     for case, reference in zip(cases, references(model_dir, cases)):
         assert not parity.is_degenerate(reference.tokens), (case.name, reference.tokens)
         assert parity.compare(reference, parity.vllm_result(llm, processor, case)) == [], case.name

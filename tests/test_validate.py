@@ -85,6 +85,60 @@ def test_exit_code_never_passes_what_was_not_checked(outcomes):
         assert code == 0
 
 
+REFUSED = "transformers: RuntimeError: The size of tensor a (2) must match the size of tensor b (0) at non-singleton dimension 1"
+
+
+def test_a_stage_transformers_could_run_in_no_case_was_compared_with_nothing():
+    """A checkpoint transformers itself cannot run (MiMo-V2-Flash shrunk to 2 query heads over
+    4 key heads) passed its image prompts' processing, every encoder and decoding verdict
+    n/a, and validate said "every stage checked passed" (exit 0): the table of decoders
+    behind a tower counted it a pass for both backends. Now exit 2, naming the stages."""
+    from hf_bridge.validate.report import Report
+
+    verdicts = [Verdict("hf_bridge", "text_only", "processing", NOT_APPLICABLE, "no media"),
+                Verdict("hf_bridge", "text_only", "decoding", NOT_APPLICABLE, REFUSED),
+                Verdict("hf_bridge", "one_image", "processing", PASS),
+                Verdict("hf_bridge", "one_image", "encoder", NOT_APPLICABLE, REFUSED),
+                Verdict("hf_bridge", "one_image", "decoding", NOT_APPLICABLE, REFUSED)]
+    assert stages.compared_with_nothing(verdicts) == [("hf_bridge", "decoding"), ("hf_bridge", "encoder")]
+    assert stages.exit_code(verdicts) == 2
+    assert Report("m", verdicts).summary == (
+        "a stage could not be checked (reason above): transformers itself could not run any case of hf_bridge "
+        "decoding, hf_bridge encoder, so the engine's side was compared with nothing")
+
+
+def test_a_case_transformers_refuses_beside_one_it_runs_still_passes():
+    """PaliGemma's processor refuses text alone: its images decode, so the stage was compared.
+    A stage n/a for want of media was never transformers' to run."""
+    verdicts = [Verdict("hf_bridge", "text_only", "processing", NOT_APPLICABLE, "no media"),
+                Verdict("hf_bridge", "text_only", "encoder", NOT_APPLICABLE, "no media"),
+                Verdict("hf_bridge", "text_only", "decoding", NOT_APPLICABLE,
+                        "transformers: ValueError: `images` are expected as arguments to a `PaliGemmaProcessor` instance."),
+                Verdict("hf_bridge", "one_image", "decoding", PASS)]
+    assert stages.compared_with_nothing(verdicts) == []
+    assert stages.exit_code(verdicts) == 0
+    assert stages.exit_code([Verdict("hf_bridge", "text_only", "encoder", NOT_APPLICABLE, "no media"),
+                             Verdict("hf_bridge", "text_only", "decoding", PASS)]) == 0
+
+
+@pytest.mark.engine
+def test_validate_says_a_checkpoint_transformers_cannot_run_was_not_checked(tmp_path):
+    """The same, end to end: the LLaVA over MiMo-V2-Flash's decoder with 2 query heads over
+    its sliding-window layers' 4 key heads, which transformers' `repeat_kv` cannot group."""
+    from hf_bridge.clean_interpreter import CleanCall
+    from hf_bridge.zoo.backbones import build_backbone_model
+
+    model_dir = tmp_path / "mimo_v2_flash"
+    CleanCall(build_backbone_model, "mimo_v2_flash", model_dir, 0, dict(num_attention_heads=2, num_key_value_heads=2),
+              doing="building the LLaVA over MiMo-V2-Flash").result()
+    done, report = _validate(model_dir, tmp_path, "--cases", "one_image")
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    assert _outcomes(report) == {("hf_bridge", "one_image", "processing"): PASS,
+                                 ("hf_bridge", "one_image", "encoder"): NOT_APPLICABLE,
+                                 ("hf_bridge", "one_image", "decoding"): NOT_APPLICABLE}
+    assert "transformers itself could not run any case of hf_bridge encoder, hf_bridge decoding" in done.stdout
+
+
 def _validate(model_dir, tmp_path, *options):
     report = tmp_path / "report.json"
     done = subprocess.run(

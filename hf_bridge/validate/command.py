@@ -29,7 +29,7 @@ from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
 from .checkpoint import load_config, load_processor, refuse_untrusted_code, remote_code_trusted, trusts_remote_code
 from .report import Report
 from .reference import missing_references, store_references
-from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict
+from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, TRANSFORMERS_REFUSED, Verdict
 from .transformers_side import RowsWanted, TransformersSide
 
 IMPLS = {
@@ -230,7 +230,7 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
         try:
             hf = parity.hf_inputs(hf_processor, case, return_mm_token_type_ids=True)
         except Exception as error:  # noqa: BLE001 - transformers' own refusal makes the case n/a
-            emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, f"transformers: {type(error).__name__}: {error}"))
+            emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, f"{TRANSFORMERS_REFUSED}{type(error).__name__}: {error}"))
             continue
         try:
             request = parity.vllm_request(hf_processor, case)
@@ -329,7 +329,7 @@ def _decoding_verdict(impl: str, model_dir: str, case, check: EngineCheck, refer
     from .reference import NotApplicable, neighbours_diagnosis
 
     if isinstance(reference, NotApplicable):
-        return Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"transformers: {reference.error}")
+        return Verdict(impl, case.name, "decoding", NOT_APPLICABLE, f"{TRANSFORMERS_REFUSED}{reference.error}")
     if check.dtype != "float32" and isinstance(other_result, NotApplicable):
         return Verdict(impl, case.name, "decoding", NOT_CHECKED,
                        f"transformers fails in float32 ({other_result.error}), which sets the {check.dtype} check's scale")

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from . import parity
+from .stages import TRANSFORMERS_REFUSED
 
 
-TRANSFORMERS_RAISED = "transformers: "
+TRANSFORMERS_RAISED = TRANSFORMERS_REFUSED
 """How a case's rows begin where transformers' own call raised instead of giving them."""
 
 

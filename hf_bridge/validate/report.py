@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..server import data_url
-from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict, exit_code, table, to_json, verdict_grid
+from .stages import (FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, Verdict, compared_with_nothing, exit_code, table, to_json,
+                     verdict_grid)
 
 OUTCOME_COLOURS = {PASS: "#c8f0c8", FAIL: "#ffc4c4", NOT_CHECKED: "#fff1a8", NOT_APPLICABLE: "#e8e8e8"}
 EXIT_MEANINGS = {
@@ -41,6 +42,11 @@ class Report:
 
     @property
     def summary(self) -> str:
+        nothing = compared_with_nothing(self.verdicts)
+        if self.exit_code == 2 and nothing:
+            stages = ", ".join(f"{impl} {stage}" for impl, stage in nothing)
+            return (f"{EXIT_MEANINGS[2]}: transformers itself could not run any case of {stages}, so the engine's "
+                    f"side was compared with nothing")
         return EXIT_MEANINGS[self.exit_code]
 
     def __repr__(self) -> str:

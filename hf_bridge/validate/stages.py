@@ -19,6 +19,9 @@ STAGES = ("processing", "encoder", "decoding")
 PASS, FAIL, NOT_CHECKED, NOT_APPLICABLE = "pass", "fail", "not checked", "n/a"
 EXIT_PASSED, EXIT_FAILED, EXIT_NOT_CHECKED = 0, 1, 2
 
+TRANSFORMERS_REFUSED = "transformers: "
+"""How an n/a verdict's detail begins where transformers itself could not run the case."""
+
 ENCODER_RTOL = 1e-3
 """Encoder rows agree when max |vLLM - transformers| <= ENCODER_RTOL x max |transformers|
 (float32: one tower, run by two runtimes, differs in the last bits)."""
@@ -230,13 +233,28 @@ def last_exception(output: str, limit: int = 400) -> str:
     return " ... ".join(message)[:limit]
 
 
+def compared_with_nothing(verdicts: Iterable[Verdict]) -> list[tuple[str, str]]:
+    """(implementation, stage) where no case passed and transformers itself could not run
+    one: that stage of the engine was compared with nothing (a checkpoint transformers
+    cannot run at all passes its prompts' processing, and nothing else)."""
+    by_stage: dict[tuple[str, str], list[Verdict]] = {}
+    for v in verdicts:
+        by_stage.setdefault((v.impl, v.stage), []).append(v)
+    return [key for key, group in by_stage.items()
+            if all(v.outcome != PASS for v in group)
+            and any(v.outcome == NOT_APPLICABLE and v.detail.startswith(TRANSFORMERS_REFUSED) for v in group)]
+
+
 def exit_code(verdicts: Iterable[Verdict]) -> int:
-    """1 if any stage failed; else 2 if any was not checked, or none passed; else 0. A
-    case transformers itself refuses (n/a) is reported and neither passes nor fails."""
+    """1 if any stage failed; else 2 if any was not checked, or none passed, or one was
+    compared with nothing (`compared_with_nothing`); else 0. A case transformers itself
+    refuses (n/a) is reported and neither passes nor fails, where another case of its
+    stage passes."""
+    verdicts = list(verdicts)
     outcomes = {v.outcome for v in verdicts}
     if FAIL in outcomes:
         return EXIT_FAILED
-    if NOT_CHECKED in outcomes or PASS not in outcomes:
+    if NOT_CHECKED in outcomes or PASS not in outcomes or compared_with_nothing(verdicts):
         return EXIT_NOT_CHECKED
     return EXIT_PASSED
 

@@ -32,6 +32,10 @@ BACKBONE_SETTINGS: dict[str, dict[str, Any]] = {
     # query heads counted per layer, as its config allows: the default's list, derived before the
     # shrink, keeps the full size's 48 in every layer
     "laguna": dict(num_attention_heads_per_layer=[2, 4]),
+    # more query heads than its sliding-window layers' key heads (twice the config's), as in its
+    # checkpoints (64 query heads, 4 and 8 key heads): the shrink leaves 2 query heads over 4 key
+    # heads, which transformers' repeat_kv cannot group
+    "mimo_v2_flash": dict(num_attention_heads=4, num_key_value_heads=1),
     # top-2 routing among the shrunk experts, as its checkpoints route (the default names no count)
     "deepseek_v2": dict(num_experts_per_tok=2),
 }
