@@ -359,11 +359,9 @@ def _decoding_verdict(impl: str, model_dir: str, case, check: EngineCheck, refer
 def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_alone=None, transformers_ran: bool = False) -> Verdict:
     """`transformers_ran`: transformers generated the case's references, so where its forward
     raised on the encoder stage's inputs, the rows went unchecked, not n/a."""
-    from .encoder import TRANSFORMERS_RAISED
-
     if not case.media_counts:
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE, NO_MEDIA)
-    if isinstance(reference, str) and reference.startswith(TRANSFORMERS_RAISED) and transformers_ran:
+    if isinstance(reference, str) and reference.startswith(TRANSFORMERS_REFUSED) and transformers_ran:
         return Verdict(impl, case.name, "encoder", NOT_CHECKED,
                        f"{reference}; yet transformers generated this case's references, so its rows could not be taken")
     if isinstance(reference, str) or reference is None:

@@ -21,10 +21,6 @@ from . import parity
 from .stages import TRANSFORMERS_REFUSED
 
 
-TRANSFORMERS_RAISED = TRANSFORMERS_REFUSED
-"""How a case's rows begin where transformers' own call raised instead of giving them."""
-
-
 def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, int]):
     """(case name -> the rows `model`'s decoder receives at feature-token positions, or
     the reason there are none; case name -> `encoder_row_count`; case name -> the rows of
@@ -48,14 +44,14 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
             try:
                 inputs = parity.model_inputs(model, processor, case)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
-                out[case.name] = counts[case.name] = f"{TRANSFORMERS_RAISED}{type(error).__name__}: {error}"
+                out[case.name] = counts[case.name] = f"{TRANSFORMERS_REFUSED}{type(error).__name__}: {error}"
                 continue
             counts[case.name] = encoder_row_count(model, inputs, case)
             try:
                 with torch.no_grad():
                     parity.prompt_forward(model, inputs)
             except Exception as error:  # noqa: BLE001 - transformers' own refusal: nothing to compare
-                out[case.name] = f"{TRANSFORMERS_RAISED}{type(error).__name__}: {error}"
+                out[case.name] = f"{TRANSFORMERS_REFUSED}{type(error).__name__}: {error}"
                 continue
             if not captured:
                 out[case.name] = "the HF model did not call its decoder with inputs_embeds"
