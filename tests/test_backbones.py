@@ -68,7 +68,7 @@ def _heads(llm) -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
 ])
 def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     """Each layer that attends gets a KV cache and each that carries a state a slot, no
-    other layer gets either; each is built with the query heads its module counts; text
+    other layer gets either; each is built with the heads its module counts; text
     and an image keep strict parity with transformers."""
     from transformers import AutoProcessor
 
