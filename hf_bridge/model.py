@@ -41,7 +41,7 @@ from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
 from vllm.model_executor.layers.logits_processor import LogitsProcessor
 from vllm.model_executor.models.interfaces import MultiModalEmbeddings
-from vllm.model_executor.models.utils import PPMissingLayer, StageMissingLayer, maybe_prefix
+from vllm.model_executor.models.utils import PPMissingLayer, StageMissingLayer
 from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
 from vllm.model_executor.models.transformers.causal import CausalMixin
 from vllm.model_executor.models.transformers.fusers.attention import interface_call
@@ -72,6 +72,7 @@ from .head import HFLogitsHead
 from .kept_modules import (children_beside, kept_out, layers_checked_by_type, linears_read_directly, linears_with_own_forward,
                            norms_over_another_axis, planned_children, statistics_over_sharded_units, torch_composites)
 from .layer_heads import LayerHeads, heads_beside_config, per_rank, with_heads
+from .layer_names import attention_module_names, vllm_layer_name
 from .kv_sharing import KV_SHARED_LAYERS, SHARED_LAYER_FLAG, kv_sharing_sources, reading_shared_caches
 from .nested_head import decoder_of, generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
@@ -501,7 +502,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         counts its own beside the config's (`layer_heads.py`); latent (MLA) layers keep vLLM's."""
         if self.model_config.use_mla:
             return {}
-        modules = {layer: name for layer, (name, _) in self.attention_fusers.items()}
+        modules = attention_module_names(self.attention_fusers)
         arch = self.model_config.model_arch_config
         configured = {name: LayerHeads(arch[layer].total_num_attention_heads, arch[layer].total_num_kv_heads)
                       for layer, name in modules.items()}
@@ -511,7 +512,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
                         "config's (%s): vLLM's layers are built with them", len(own), len(modules),
                         ", ".join(f"{name}: {heads.num_heads} query, {heads.num_kv_heads} key/value heads"
                                   for name, heads in own.items()))
-        return {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): heads
+        return {vllm_layer_name(prefix, name): heads
                 for name, heads in per_rank(own, self.parallel_config.tensor_parallel_size, self.config.model_type).items()}
 
     @contextmanager
@@ -548,9 +549,9 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
     def _shared_kv_caches(self, prefix: str) -> dict[str, str]:
         """Each sharing layer's vLLM layer name -> its source's, for the layers whose HF
         attention module says it shares and whose source is on this pipeline rank."""
-        modules = {layer: name for layer, (name, _) in self.attention_fusers.items()}
+        modules = attention_module_names(self.attention_fusers)
         targets = {
-            maybe_prefix(prefix, f"{modules[layer]}.{VLLM_ATTN_ATTR}"): maybe_prefix(prefix, f"{modules[source]}.{VLLM_ATTN_ATTR}")
+            vllm_layer_name(prefix, modules[layer]): vllm_layer_name(prefix, modules[source])
             for layer, source in kv_sharing_sources(self.text_config).items()
             if layer in modules and source in modules and getattr(self.get_submodule(modules[layer]), SHARED_LAYER_FLAG, False)
         }

@@ -31,7 +31,6 @@ from vllm.logger import init_logger
 from vllm.model_executor.layers.attention import MLAAttention
 from vllm.model_executor.layers.mamba.abstract import MambaBase
 from vllm.model_executor.models.transformers.base import VLLM_ATTN_ATTR
-from vllm.model_executor.models.utils import maybe_prefix
 from vllm.platforms import current_platform
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 
@@ -40,6 +39,7 @@ from .attention_terms import attends_beside_its_state, layers_holding_nothing, l
 from .bidirectional import KeepMediaItemsWhole
 from .carried_state import OneLayerCache, StateEntry, StepSequence, cache_argument, measure_layout, run_on_slots, state_modules
 from .features import decoder_layers_name
+from .layer_names import vllm_layer_name
 from .nested_head import bare_decoder
 from .step_kwargs import keep_eager
 
@@ -162,7 +162,7 @@ class CarriedStateMixin:
                    for index, (name, module) in state_modules(decoder, [index for index, _ in carried]).items()}
         self._refuse_what_cannot_be_laid_out(carried, modules)
         beside_attention = {index for index in modules if index in self.attention_fusers}
-        self._state_layer_modules = {maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"): (index, module)
+        self._state_layer_modules = {vllm_layer_name(prefix, name): (index, module)
                                      for index, (name, module) in modules.items()}
         for index, (name, _) in modules.items():
             if index not in beside_attention:
@@ -171,7 +171,7 @@ class CarriedStateMixin:
         for index in self._layers_holding_nothing():
             name = f"{decoder_name}.{decoder_layers_name(decoder)}.{index}"
             self.attention_fusers[index] = (name, _StateFuser)
-            self._empty_layers.add(maybe_prefix(prefix, f"{name}.{VLLM_ATTN_ATTR}"))
+            self._empty_layers.add(vllm_layer_name(prefix, name))
         super()._create_attention_instances(prefix)
         for layer_prefix, (index, module) in self._state_layer_modules.items():
             if index in beside_attention:  # vLLM built this index's layer for its attention
