@@ -172,7 +172,7 @@ def groups(sequences: Sequence[StepSequence]) -> list[list[int]]:
 
 
 def run_on_slots(
-    forward: Callable[..., torch.Tensor],
+    forward: Callable[..., Any],
     hidden_states: torch.Tensor,
     kwargs: dict[str, Any],
     argument: str,
@@ -180,12 +180,15 @@ def run_on_slots(
     slots: Sequence[torch.Tensor],
     layout: Sequence[StateEntry],
     cache: OneLayerCache,
-) -> torch.Tensor:
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """`forward` (the HF module's own) over the step's flattened tokens `hidden_states`
     (1, tokens, width), each request on its own states: read from `slots` (one tensor per
-    layout entry, slot first) and written back there. Rows past the last request (a padded
-    batch) come out as zeros."""
-    outputs: list[torch.Tensor | None] = [None] * len(sequences)
+    layout entry, slot first) and written back there. The module returns one tensor, or
+    several (ZAYA's convolved queries, keys and values), each batch first, then tokens;
+    so does this, over the step's tokens. Rows past the last request (a padded batch)
+    come out as zeros."""
+    outputs: list[tuple[torch.Tensor, ...] | None] = [None] * len(sequences)
+    several = False
     for group in groups(sequences):
         members = [sequences[i] for i in group]
         rows = torch.stack([hidden_states[0, s.start:s.end] for s in members])
@@ -194,12 +197,14 @@ def run_on_slots(
         out = forward(rows, **kwargs, **{argument: cache.holding(held, layout)})
         for slot, state in zip(slots, cache.left(layout)):
             slot.index_copy_(0, where, state.to(slot.dtype))
-        for i, row in zip(group, out):
-            outputs[i] = row
+        several = isinstance(out, tuple)
+        for position, i in enumerate(group):
+            outputs[i] = tuple(part[position] for part in (out if several else (out,)))
     tokens = hidden_states.shape[1]
     done = sequences[-1].end if sequences else 0
     pieces = [o for o in outputs if o is not None]
     if done < tokens:
-        like = pieces[0] if pieces else hidden_states[0]
-        pieces.append(like.new_zeros(tokens - done, *like.shape[1:]))
-    return torch.cat(pieces)[None]
+        like = pieces[0] if pieces else (hidden_states[0],)
+        pieces.append(tuple(part.new_zeros(tokens - done, *part.shape[1:]) for part in like))
+    joined = tuple(torch.cat(column)[None] for column in zip(*pieces))
+    return joined if several else joined[0]

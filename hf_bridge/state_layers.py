@@ -86,7 +86,7 @@ class CarriedStateLayer(MambaBase, torch.nn.Module):
         self.layout = measure_layout(self._forward, self.argument, self.cache, width, parameter.device, parameter.dtype)
         return self.layout
 
-    def run(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def run(self, *args: Any, **kwargs: Any) -> Any:
         """The HF module's forward, each of the step's requests on its own states."""
         arguments = dict(self._signature.bind(*args, **kwargs).arguments)
         for name, parameter in self._signature.parameters.items():
@@ -96,8 +96,8 @@ class CarriedStateLayer(MambaBase, torch.nn.Module):
         arguments.pop(self.argument, None)
         metadata = get_forward_context().attn_metadata
         metadata = metadata.get(self.prefix) if isinstance(metadata, dict) else None
-        if metadata is None:  # vLLM's profiling and dummy runs: no requests, no slots
-            return self._forward(hidden_states, **arguments)
+        if metadata is None:  # vLLM's profiling and dummy runs: no requests, no slots, no cache
+            return self._forward(hidden_states, **arguments, **{self.argument: None})
         sequences = _step_sequences(metadata)
         return run_on_slots(self._forward, hidden_states, arguments, self.argument, sequences, self.kv_cache, self.layout, self.cache)
 

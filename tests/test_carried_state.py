@@ -39,9 +39,21 @@ def lfm2_config():
                       num_key_value_heads=1, vocab_size=64, layer_types=["conv", "full_attention"])
 
 
+def zaya_config():
+    from transformers import ZayaConfig
+
+    return ZayaConfig(hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                      moe_intermediate_size=48, num_experts=4, router_hidden_size=16, vocab_size=64)
+
+
 def state_module(kind: str):
     """transformers' module for decoder layer 0 of a tiny model of `kind`, and its config."""
     torch.manual_seed(0)
+    if kind == "zaya_cca":
+        from transformers.models.zaya.modeling_zaya import ZayaCCAProjection
+
+        config = zaya_config()
+        return ZayaCCAProjection(config, 0).eval(), config, "past_key_values"
     if kind == "gated_deltanet":
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
 
@@ -72,9 +84,16 @@ def schedules(draw):
     return lengths, slots, steps
 
 
+def _parts(out) -> tuple[torch.Tensor, ...]:
+    """A module's output as a tuple: ZAYA's convolved projection returns queries, keys and values."""
+    return out if isinstance(out, tuple) else (out,)
+
+
 @settings(max_examples=40, deadline=None)
-@given(kind=st.sampled_from(["gated_deltanet", "short_conv"]), schedule=schedules())
+@given(kind=st.sampled_from(["gated_deltanet", "short_conv", "zaya_cca"]), schedule=schedules())
 def test_any_schedule_gives_each_request_its_whole_run(kind, schedule):
+    """ZAYA's module is its attention's q/k/v projection, convolved over time with a
+    delayed value: its three outputs each follow the request."""
     module, config, argument = state_module(kind)
     lengths, slots, steps = schedule
     cache = OneLayerCache(config, 0)
@@ -82,7 +101,7 @@ def test_any_schedule_gives_each_request_its_whole_run(kind, schedule):
     generator = torch.Generator().manual_seed(sum(lengths))
     tokens = [torch.randn(n, WIDTH, generator=generator) for n in lengths]
     with torch.no_grad():
-        whole = [module(t[None], **{argument: cache.holding(None, layout)})[0] for t in tokens]
+        whole = [tuple(part[0] for part in _parts(module(t[None], **{argument: cache.holding(None, layout)}))) for t in tokens]
     storage = [torch.full((SLOTS, *entry.shape), float("nan"), dtype=entry.dtype) for entry in layout]
     rows: list[list[torch.Tensor]] = [[] for _ in lengths]
     done = [0] * len(lengths)
@@ -95,10 +114,12 @@ def test_any_schedule_gives_each_request_its_whole_run(kind, schedule):
         with torch.no_grad():
             out = run_on_slots(module.forward, torch.cat(inputs)[None], {}, argument, sequences, storage, layout, cache)
         for (request, take), sequence in zip(step, sequences):
-            rows[request].append(out[0, sequence.start:sequence.end])
+            rows[request].append([part[0, sequence.start:sequence.end] for part in _parts(out)])
             done[request] += take
     for request, expected in enumerate(whole):
-        torch.testing.assert_close(torch.cat(rows[request]), expected, rtol=1e-4, atol=1e-5)
+        assert len(rows[request][0]) == len(expected)
+        for index, part in enumerate(expected):
+            torch.testing.assert_close(torch.cat([row[index] for row in rows[request]]), part, rtol=1e-4, atol=1e-5)
 
 
 def test_the_layout_is_what_transformers_caches():
