@@ -553,6 +553,16 @@ NATIVE_OR_TRANSFORMERS = ("Serve it with vLLM's native implementation (model_imp
                           "architecture, or check it with transformers itself.")
 
 
+def text_model_computes_its_own_attention(model_type: str, text_class: str) -> str:
+    return (
+        f"this {model_type} model's text model, {text_class}, computes its attention itself: it declares no "
+        f"attention backend and its attention modules do not call transformers' attention interface, so "
+        f"vLLM's paged attention (attn_implementation=\"vllm\") cannot take its place, and its layers would "
+        f"keep no KV cache. vLLM's registry refuses such a class when a checkpoint names it; here a tower "
+        f"model nests it. {NATIVE_OR_TRANSFORMERS}"
+    )
+
+
 def attention_terms_not_applied(module: Any, terms: list[str]) -> str:
     names = ", ".join(f"`{t}`" for t in terms)
     return (

@@ -34,6 +34,23 @@ def base_model_class(config) -> type | None:
     return getattr(transformers, name, None) if isinstance(name, str) else generation_class_alone(config)
 
 
+def takes_attention_functions(cls: type) -> bool:
+    """Whether transformers can hand `cls` another attention function, vLLM's `"vllm"`
+    included: it declares the attention backend, or its attention modules call the
+    attention interface (transformers' own test, which vLLM's registry applies to the
+    class a checkpoint names)."""
+    return bool(cls.is_backend_compatible() or cls._can_set_attn_implementation())
+
+
+def text_model_computing_its_own_attention(config) -> type | None:
+    """The class of `config`'s text model where it is a model of its own that computes
+    its attention itself (Falcon, BLOOM, GPT-J, MPT...), which vLLM's registry does not
+    look into: it checks the class the checkpoint names (LLaVA's). None otherwise."""
+    text = config.get_text_config()
+    cls = base_model_class(text) if text is not config else None
+    return cls if cls is not None and not takes_attention_functions(cls) else None
+
+
 def generation_class_alone(config) -> type | None:
     """transformers' generation class for a model type that has no base model class, or
     None: Nemotron-H-Omni's one class holds its towers and a whole generation model as its

@@ -78,7 +78,8 @@ from .nested_head import decoder_of, generation_head, run_to_hidden_states
 from .moe import HFBridgeMoEMixin
 from .mrope import ROPE_INDEX_METHOD, Derivation, PlacedItem, derivations, item_fields, mrope_positions, names_handed_over
 from .hf_classes import (delegated_weights, forward_takes, generation_class_alone, multimodal_generation_class,
-                         register_generation_class_alone, text_generation_delegate, transformers_own_config)
+                         register_generation_class_alone, text_generation_delegate, text_model_computing_its_own_attention,
+                         transformers_own_config)
 from .side_features import INTERMEDIATE_KEY as SIDE_INTERMEDIATE_KEY
 from .side_features import DecoderConvention, SideFeatures, configured_levels, decoder_convention
 from .state_layers import CarriedStateMixin
@@ -122,6 +123,9 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
 
     def __init__(self, *, vllm_config, prefix: str = ""):
         log_handling(vllm_config.model_config.hf_config)
+        if (own_attention := text_model_computing_its_own_attention(vllm_config.model_config.hf_config)) is not None:
+            raise ValueError(errors.text_model_computes_its_own_attention(vllm_config.model_config.hf_config.model_type,
+                                                                          own_attention.__name__))
         install_attention_term_check(Refusals(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied, errors.heads_not_as_built))
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
