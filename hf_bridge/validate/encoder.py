@@ -31,8 +31,8 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
     captured: list[torch.Tensor] = []
 
     def keep_inputs_embeds(module, args, kwargs):
-        if kwargs.get("inputs_embeds") is not None:
-            captured.append(kwargs["inputs_embeds"].detach())
+        if kwargs.get("inputs_embeds") is not None:  # a copy: CTRL's decoder scales what it is handed in place
+            captured.append(kwargs["inputs_embeds"].detach().clone())
 
     handle = model.get_decoder().register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
     out: dict[str, np.ndarray | str] = {}
