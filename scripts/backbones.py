@@ -2,7 +2,7 @@
 (`hf_bridge/zoo/backbones.py`): every stage through `hf-bridge validate`, against
 transformers, through hf_bridge and vLLM's in-tree Transformers backend.
 
-    .venv/bin/python scripts/backbones.py --out BACKBONES.md          # all (about 75 minutes)
+    .venv/bin/python scripts/backbones.py --out BACKBONES.md          # all (about 95 minutes)
     .venv/bin/python scripts/backbones.py --only jamba --impls hf_bridge   # printed only
 """
 
@@ -17,6 +17,8 @@ CARRYING_STATE = (
     "bamba", "falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "qwen3_next", "lfm2", "lfm2_moe",
     "olmo_hybrid", "kimi_linear", "minimax", "zamba", "zamba2", "mamba", "mamba2", "falcon_mamba", "recurrent_gemma",
     "qwen3_5_text", "qwen3_5_moe_text",
+    # added 2026-12-01, with the attention-only ones below
+    "rwkv", "xlstm",
 )
 """Decoders with layers that carry a convolution or recurrent state (Mamba, linear attention,
 short convolutions), alone or beside attention."""
@@ -30,6 +32,11 @@ ATTENTION_ONLY = (
     "gpt_neox", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "helium", "hunyuan_v1_dense", "hy_v3",
     "jais2", "jetmoe", "laguna", "llama4_text", "longcat_flash", "mellum", "mimo_v2_flash", "ministral", "ministral3",
     "nemotron", "olmo", "olmoe", "phi", "phimoe", "solar_open", "stablelm", "starcoder2", "vaultgemma", "youtu", "zaya",
+    # added 2026-12-01: the decoder-only causal LMs the list above had left out, those whose
+    # attention transformers computes itself (Falcon, BLOOM, GPT-J, MPT...) among them
+    "axk1", "axk2", "biogpt", "bloom", "codegen", "ctrl", "deepseek_v32", "deepseek_v4", "glm_moe_dsa", "gpt2",
+    "gpt_bigcode", "gpt_neo", "gpt_neox_japanese", "gptj", "hrm_text", "hy_v4", "hyperclovax", "minicpm3",
+    "modernbert-decoder", "mpt", "nanochat", "openai-gpt", "opt", "persimmon", "xglm",
 )
 """Decoders VLMs are built on or could be, for comparison."""
 CASES = ("text_only", "one_image", "two_images")
@@ -41,16 +48,21 @@ NOT_BUILT: dict[str, str] = {}
 
 def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
     """(exit code, what did not pass, seconds) of validating the LLaVA over `text_type`."""
+    from transformers import AutoConfig
+
     from hf_bridge.validate import command
     from hf_bridge.validate.stages import NOT_APPLICABLE, PASS, STAGES, TRANSFORMERS_REFUSED, compared_with_nothing
     from hf_bridge.zoo.backbones import build_backbone_model
 
     model_dir = scratch / text_type
     if text_type not in NOT_BUILT and not model_dir.exists():
+        step = "not built"
         try:
             build_backbone_model(text_type, model_dir)
+            step = "transformers cannot read back the config it saved"  # DBRX's, nested in LLaVA's
+            AutoConfig.from_pretrained(model_dir)
         except Exception as exc:  # noqa: BLE001 - recorded with its cause
-            NOT_BUILT[text_type] = f"not built: {type(exc).__name__}: {' '.join(str(exc).split())[:DETAIL_CHARS]}"
+            NOT_BUILT[text_type] = f"{step}: {type(exc).__name__}: {' '.join(str(exc).split())[:DETAIL_CHARS]}"
     if text_type in NOT_BUILT:
         return 3, NOT_BUILT[text_type], 0.0
     start = time.perf_counter()
@@ -109,7 +121,7 @@ def main() -> None:
             "(`hf_bridge/zoo/backbones.py`), cases "
             f"{', '.join(CASES)}, every stage through `hf-bridge validate --impl` against transformers (decoding strict: "
             "identical prompt ids and greedy tokens, log-probs within 1e-3, float32). Exit 1: a stage failed, "
-            "named with its cause; exit 2: one could not be checked; exit 3: the checkpoint did not build; n/a: "
+            "named with its cause; exit 2: one could not be checked; exit 3: the checkpoint did not build, or transformers could not read it back; n/a: "
             "transformers itself cannot run the shrunk model's cases, and the stages it names were compared with "
             "nothing.\n\n"
             f"| text type | kind | layer types | {' | '.join(args.impls)} |\n"

@@ -17,6 +17,28 @@ def test_derived_text_fields_follow_the_shrink():
     assert config.n_routed_experts % config.n_group == 0
 
 
+def test_a_field_the_config_derives_follows_the_fields_it_derives_from():
+    """Falcon's `head_dim` is a read-only property, its width over its heads: setting it
+    stopped the shrink (`property 'head_dim' of 'FalconConfig' object has no setter`)."""
+    from transformers import FalconConfig
+
+    config = FalconConfig()
+    shrink.shrink(config, shrink.TEXT_SIZES)
+    assert config.head_dim == shrink.TEXT_SIZES["hidden_size"] // shrink.TEXT_SIZES["num_attention_heads"]
+
+
+def test_sub_configs_survive_the_rebuild():
+    """DBRX keeps its attention and experts settings in sub-configs, which refuse the keys
+    `to_dict` writes into theirs (`Found unknown kwargs`): they are handed back as they are."""
+    from transformers import DbrxConfig
+
+    config = DbrxConfig(ffn_config=dict(ffn_hidden_size=48, moe_num_experts=4, moe_top_k=2))
+    shrink.shrink(config, shrink.TEXT_SIZES)
+    config = shrink.rederived(config)
+    assert (config.ffn_config.ffn_hidden_size, config.ffn_config.moe_top_k) == (48, 2)
+    assert config.d_model == shrink.TEXT_SIZES["hidden_size"]
+
+
 def test_the_weights_are_built_to_the_config_as_it_reloads():
     """Step-3.7's vision config derives `intermediate_size` from `mlp_ratio` on load: built
     to the shrunk 64, its checkpoint reloaded as 186 and did not load (in transformers, and

@@ -38,6 +38,24 @@ BACKBONE_SETTINGS: dict[str, dict[str, Any]] = {
     "mimo_v2_flash": dict(num_attention_heads=4, num_key_value_heads=1),
     # top-2 routing among the shrunk experts, as its checkpoints route (the default names no count)
     "deepseek_v2": dict(num_experts_per_tok=2),
+    # experts, as its checkpoints have (128, top-6, 2 shared, the first layer dense): the default
+    # names no expert count, so transformers cannot build it
+    "dots1": dict(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1),
+    # its checkpoints' attention settings (rope_theta kept in `attn_config`, which transformers'
+    # attention reads and its default lacks; queries, keys and values clipped), and experts routed
+    # top-2 of 4 (its checkpoints: top-4 of 16), narrowed as the shrink narrows other experts
+    "dbrx": dict(attn_config=dict(kv_n_heads=1, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(ffn_hidden_size=48, moe_num_experts=4, moe_top_k=2)),
+    # one global and one local layer, as its checkpoints alternate them: its config builds the
+    # per-layer kinds from `attention_types` (24 layers by default), not from the layer count
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]]),
+    # the shrink's context length: its own field for it is `max_seq_len` (2048 by default)
+    "mpt": dict(max_seq_len=4096),
+    # its embeddings as wide as its layers, as in its checkpoints but the 350M (the default's 768
+    # stays unshrunk beside the shrunk width, which transformers' own forward cannot multiply)
+    "opt": dict(word_embed_proj_dim=64),
+    # top-1 routing, the one its config accepts: the shrink's top-2 fails its own check
+    "zaya": dict(num_experts_per_tok=1),
 }
 """Text-config values set after the shrink, where the default shrunk would not build or
 would lose a kind of layer its checkpoints have."""

@@ -579,7 +579,7 @@ def shrink(config: Any, sizes: dict) -> None:
             continue  # a dense model (Gemma 4's): an expert count would make vLLM take it for MoE
         if name in ZERO_KEPT and getattr(config, name, None) == 0:
             continue
-        if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)):
+        if hasattr(config, name) and not isinstance(getattr(config, name), (dict, list)) and not _derived(config, name):
             setattr(config, name, value)
     for name in vocabularies:
         setattr(config, name, config.vocab_size)
@@ -603,6 +603,13 @@ def shrink(config: Any, sizes: dict) -> None:
         config.per_layer_config = shrink_per_layer_config(
             per_layer, old, {name: getattr(config, name) for name in old}, old_layer_types, list(getattr(config, "layer_types", None) or []), layers
         )
+
+
+def _derived(config: Any, name: str) -> bool:
+    """Whether `name` is a read-only property the config derives from other fields
+    (Falcon's `head_dim`, its width over its heads), which follows their shrink."""
+    attribute = getattr(type(config), name, None)
+    return isinstance(attribute, property) and attribute.fset is None
 
 
 def share_second_half_kv(config: Any) -> int:
@@ -697,8 +704,13 @@ def rederived(config: Any) -> Any:
 
     if not dataclasses.is_dataclass(config):
         return config
+    from transformers import PreTrainedConfig
+
     kept = {f.name for f in dataclasses.fields(config)} | {PER_LAYER_CONFIG}
-    return type(config)(**{k: v for k, v in config.to_dict().items() if k in kept})
+    values = {k: v for k, v in config.to_dict().items() if k in kept}
+    # sub-configs handed back as themselves: DBRX's refuse the keys `to_dict` adds to theirs
+    values.update({k: v for k, v in vars(config).items() if k in values and isinstance(v, PreTrainedConfig)})
+    return type(config)(**values)
 
 
 def follow_tower_widths(config: Any, widths: dict[str, int | None]) -> None:
