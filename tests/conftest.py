@@ -68,14 +68,16 @@ class BackboneCheckpoints:
         self.root = root
         self.built: dict[str, object] = {}
 
-    def __call__(self, text_type: str):
+    def __call__(self, text_type: str, **settings):
+        """The LLaVA over `text_type`, its text config given `settings` beside its `BACKBONE_SETTINGS`."""
         from hf_bridge.zoo.backbones import build_backbone_model
 
-        if text_type not in self.built:
-            out = self.root / text_type
-            CleanCall(build_backbone_model, text_type, out, doing=f"building the LLaVA over {text_type}").result()
-            self.built[text_type] = out
-        return self.built[text_type]
+        key = text_type + "".join(f"-{name}-{value}" for name, value in sorted(settings.items()))
+        if key not in self.built:
+            out = self.root / key
+            CleanCall(build_backbone_model, text_type, out, 0, settings or None, doing=f"building the LLaVA over {text_type}").result()
+            self.built[key] = out
+        return self.built[key]
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,10 @@ Each decoder exercises a kind of layer the sweep's VLMs lack:
   gives its sliding-window layers twice the config's key heads, and JetMoE hands its key
   heads tiled once per attention expert, each serving one query head: each layer is built
   with its module's counts (`num_heads`, `num_key_value_groups`);
+- ZAYA's attention projects its queries, keys and values through a convolution over time
+  and a delayed value, whose states transformers caches beside the keys (its projection
+  gets a state slot inside the attention module, and hands back all three; the in-tree
+  backend, which keeps no such states, gives other greedy tokens from the second);
 - Kimi-Linear and Zamba2 lay out their layers in ways vLLM cannot build: refused by name.
 """
 
@@ -65,6 +69,8 @@ def _heads(llm) -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
                        ("SlidingWindowSpec", [f"{LANGUAGE_LAYERS}.1.self_attn.attn"])]),
     ("jetmoe", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attention.attn",
                                        f"{LANGUAGE_LAYERS}.1.self_attention.attn"])]),
+    ("zaya", [("FullAttentionSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.attn", f"{LANGUAGE_LAYERS}.1.self_attn.attn"]),
+              ("MambaSpec", [f"{LANGUAGE_LAYERS}.0.self_attn.qkv_proj.attn", f"{LANGUAGE_LAYERS}.1.self_attn.qkv_proj.attn"])]),
 ])
 def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
     """Each layer that attends gets a KV cache and each that carries a state a slot, no
@@ -92,15 +98,50 @@ def test_the_decoder_keeps_parity(backbones, engines, text_type, groups):
 @pytest.mark.parametrize(("text_type", "message"), [
     ("kimi_linear", lambda errors: errors.carried_state_beside_latent_attention("llava")),
     ("zamba2", lambda errors: errors.attention_beside_state_not_found([(1, "hybrid")], "llava")),
+    ("falcon", lambda errors: errors.text_model_computes_its_own_attention("llava", "FalconModel")),
 ])
-def test_states_vllm_cannot_lay_out_are_refused_by_name(backbones, text_type, message):
+def test_decoders_vllm_cannot_serve_are_refused_by_name(backbones, text_type, message):
     """Kimi-Linear's state layers sit beside multi-head latent attention, which vLLM builds
     only when handed its MLA class itself; Zamba2's hybrid layers attend through one block
     shared across layers, which carries no layer index for vLLM to find its layer by (served,
     it raised `'Zamba2Attention' object has no attribute 'attn'` at the first request).
+    Falcon computes its attention itself, outside transformers' attention interface, which
+    vLLM's registry checks of the class a checkpoint names (LLaVA's) only (both backends
+    stopped on `KeyError: 'vllm'`, looking its attention class up by implementation).
     Each is refused as the engine is built, with the way out."""
     from helpers.engine_start import start_engine
     from hf_bridge import errors
 
     done = start_engine(backbones(text_type))
     assert done.returncode != 0 and message(errors) in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.engine
+def test_validate_keeps_the_rows_a_decoder_then_scales_in_place(backbones):
+    """CTRL's decoder multiplies the embeddings it is handed by the square root of its width,
+    in place: `validate` kept transformers' rows by reference, read them scaled, and failed
+    the encoder stage of both backends (relative difference 0.87) while their decoding passed."""
+    from hf_bridge.validate import command
+    from hf_bridge.validate.stages import PASS
+
+    report = command.run(backbones("ctrl"), "hf_bridge", case_names=["one_image"])
+    assert report.exit_code == 0, repr(report)
+    assert {v.stage: v.outcome for v in report.verdicts} == {"processing": PASS, "encoder": PASS, "decoding": PASS}
+
+
+@pytest.mark.parametrize(("text_type", "refused"), [
+    ("falcon", "FalconModel"), ("bloom", "BloomModel"), ("gptj", "GPTJModel"), ("mpt", "MptModel"),
+    ("llama", None), ("gpt2", None), ("opt", None),
+])
+def test_a_nested_text_model_computing_its_own_attention_is_found(text_type, refused):
+    """vLLM's registry asks the class a checkpoint names whether it takes vLLM's attention
+    function; hf_bridge asks the text model that class nests too. Standing alone, the text
+    model is the registry's to refuse."""
+    from transformers import AutoConfig, LlavaConfig
+
+    from hf_bridge.hf_classes import text_model_computing_its_own_attention
+
+    text = AutoConfig.for_model(text_type)
+    found = text_model_computing_its_own_attention(LlavaConfig(text_config=text.to_dict()))
+    assert (found.__name__ if found is not None else None) == refused
+    assert text_model_computing_its_own_attention(text) is None

@@ -59,6 +59,32 @@ def test_tensor_parallel_2_keeps_whole_what_sharding_would_break(generic, model_
         assert parity.compare(reference, parity.Result(**tp[name]["result"])) == [], name
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("text_type", "settings", "per_rank"), [
+    # query heads per layer, 2 and 4: each rank takes half of each layer's, over one key head
+    ("laguna", {}, {"0": [1, 1], "1": [2, 1]}),
+    # 4 query heads over 2 key heads (full attention) and 4 (sliding window): each rank takes
+    # half of each; with 1 key head, fewer than the ranks, the engine stops (README, Parallel)
+    ("mimo_v2_flash", {"num_key_value_heads": 2}, {"0": [2, 1], "1": [2, 2]}),
+])
+def test_tensor_parallel_2_splits_the_heads_a_module_counts(backbones, text_type, settings, per_rank):
+    """Laguna and MiMo-V2-Flash count heads on their attention modules beside the config
+    (`layer_heads.py`): over two tensor-parallel ranks each rank's layer is built with its
+    share of them, and text and an image keep strict parity with transformers."""
+    from hf_bridge.validate.reference import references
+
+    model_dir = backbones(text_type, **settings)
+    names = ["text_only", "one_image"]
+    tp = run_scenario("tensor-parallel", model_dir, HF_BRIDGE_TP_CASES=",".join(names), VLLM_ALLOW_INSECURE_SERIALIZATION="1",
+                      VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
+    layer = "model.language_model.layers.{}.self_attn.attn"
+    assert tp["heads"]["ranks"] == [{layer.format(index): heads for index, heads in per_rank.items()}] * 2, tp["log"][-3000:]
+    standard = parity.standard_cases(64)
+    for name, reference in zip(names, references(model_dir, [standard[name] for name in names])):
+        assert not parity.is_degenerate(reference.tokens), (name, reference.tokens)
+        assert parity.compare(reference, parity.Result(**tp[name]["result"])) == [], name
+
+
 HELPERS = Path(__file__).parent / "helpers"
 
 

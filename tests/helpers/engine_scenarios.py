@@ -88,6 +88,17 @@ def tensor_parallel(model_dir: str) -> None:
         name, result = case.name, parity.vllm_result(llm, processor, case)
         emit(step=name, ok=True, tokens=result.tokens, prompt_ids=result.prompt_ids,
              token_logprobs=result.token_logprobs, result=dataclasses.asdict(result))
+    if os.environ.get("VLLM_ALLOW_INSECURE_SERIALIZATION") == "1":  # a function handed to each worker
+        import engine_scenarios  # this file as a module, whose functions the workers import by name
+
+        emit(step="heads", ok=True, ranks=llm.apply_model(engine_scenarios.attention_heads))
+
+
+def attention_heads(model) -> dict[str, list[int]]:
+    """Each vLLM attention layer's name -> [query heads, key/value heads] it was built with."""
+    from vllm.model_executor.layers.attention import Attention
+
+    return {name: [layer.num_heads, layer.num_kv_heads] for name, layer in model.named_modules() if isinstance(layer, Attention)}
 
 
 def case_result(model_dir: str) -> None:
