@@ -122,10 +122,10 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
     attribute)."""
 
     def __init__(self, *, vllm_config, prefix: str = ""):
-        log_handling(vllm_config.model_config.hf_config)
-        if (own_attention := text_model_computing_its_own_attention(vllm_config.model_config.hf_config)) is not None:
-            raise ValueError(errors.text_model_computes_its_own_attention(vllm_config.model_config.hf_config.model_type,
-                                                                          own_attention.__name__))
+        hf_config = vllm_config.model_config.hf_config
+        log_handling(hf_config)
+        if (own_attention := text_model_computing_its_own_attention(hf_config)) is not None:
+            raise ValueError(errors.text_model_computes_its_own_attention(hf_config.model_type, own_attention.__name__))
         install_attention_term_check(Refusals(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied, errors.heads_not_as_built))
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers import PreTrainedConfig
 from transformers.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 from ..hf_classes import text_generation_delegate, transformers_config_class
@@ -688,8 +689,6 @@ def build_absent_towers(config: Any) -> None:
     """Give a type whose default config has no towers (Gemma 4: `vision_config` and
     `audio_config` are None, so its model has none) each tower's default config, as its
     real checkpoints have them."""
-    from transformers import PreTrainedConfig
-
     for name, cls in getattr(config, "sub_configs", {}).items():
         # `AutoConfig` (a text model any config may fill) cannot be built without a type
         if getattr(config, name, None) is None and isinstance(cls, type) and issubclass(cls, PreTrainedConfig):
@@ -704,8 +703,6 @@ def rederived(config: Any) -> Any:
 
     if not dataclasses.is_dataclass(config):
         return config
-    from transformers import PreTrainedConfig
-
     kept = {f.name for f in dataclasses.fields(config)} | {PER_LAYER_CONFIG}
     values = {k: v for k, v in config.to_dict().items() if k in kept}
     # sub-configs handed back as themselves: DBRX's refuse the keys `to_dict` adds to theirs
