@@ -173,13 +173,19 @@ def refuse_unapplied_terms(attention: Callable, refusals: Refusals) -> Callable:
     return checked
 
 
-def install(refusals: Refusals) -> None:
-    """Wrap vLLM's attention functions in transformers' registry, once per process."""
+def wrap_vllm_attention_functions(wrap: Callable[[Callable], Callable]) -> None:
+    """Register `wrap(function)` in place of each of vLLM's attention functions in
+    transformers' registry (a wrapper that marks itself wraps once per process)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     for name in VLLM_ATTENTION_FUNCTIONS:
         if name in ALL_ATTENTION_FUNCTIONS:
-            ALL_ATTENTION_FUNCTIONS.register(name, refuse_unapplied_terms(ALL_ATTENTION_FUNCTIONS[name], refusals))
+            ALL_ATTENTION_FUNCTIONS.register(name, wrap(ALL_ATTENTION_FUNCTIONS[name]))
+
+
+def install(refusals: Refusals) -> None:
+    """Wrap vLLM's attention functions in transformers' registry with the check, once per process."""
+    wrap_vllm_attention_functions(lambda attention: refuse_unapplied_terms(attention, refusals))
 
 
 def attends_beside_its_state(kind: str) -> bool:

@@ -56,6 +56,8 @@ from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
 from .attention_terms import APPLIED_SOFT_CAP_ATTR, BUILT_HEADS_ATTR, BuiltHeads, Refusals, layers_with_carried_state
 from .attention_terms import install as install_attention_term_check
+from .attention_terms import wrap_vllm_attention_functions
+from .attention_shape import in_transformers_shape
 from .attention_terms import layers_with_indexed_attention, passed_soft_cap
 from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .compile_twin import built_as, twin
@@ -99,6 +101,7 @@ from .processing import (
 from .placeholders import MODALITY_OF_TYPE
 from .token_inputs import DYNAMIC_DIM as PER_LAYER_DYNAMIC_DIM
 from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, per_layer_inputs_taker, reads_per_layer_token_embeddings
+from .unexpected_weights import ignoring_unexpected_only
 from .token_tables import TokenTableInputs, learn_token_tables, may_take_token_fields, token_fields
 from .versions import log_handling
 
@@ -127,6 +130,7 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         if (own_attention := text_model_computing_its_own_attention(hf_config)) is not None:
             raise ValueError(errors.text_model_computes_its_own_attention(hf_config.model_type, own_attention.__name__))
         install_attention_term_check(Refusals(errors.attention_terms_not_applied, errors.soft_cap_not_as_applied, errors.heads_not_as_built))
+        wrap_vllm_attention_functions(in_transformers_shape)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         report_bidirectional_attention(vllm_config.model_config, self._attention_backend())
         text_model = self.get_language_model().model
@@ -346,20 +350,23 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         return rows
 
     def _placed_by_vllm(self, name: str) -> bool:
-        """Whether vLLM's own name mapping takes checkpoint name `name` to a parameter, to
-        a module that loads its own weights (fused experts, stacked projections), or to a
-        module left unbuilt, whose weights vLLM's loader skips (a tower whose modalities
-        the engine takes none of, a layer of another pipeline rank)."""
+        """Whether vLLM's own name mapping takes checkpoint name `name` somewhere it loads
+        (`_names_a_weight`), or drops it on purpose."""
         mapped = self.hf_to_vllm_mapper.apply_list([name])
-        if not mapped:
-            return True  # vLLM drops it on purpose
+        return not mapped or self._names_a_weight(mapped[0])
+
+    def _names_a_weight(self, vllm_name: str) -> bool:
+        """Whether `vllm_name` is a parameter or persistent buffer here (the weights
+        transformers expects), of a module that loads its own weights (fused experts,
+        stacked projections), or of a module left unbuilt, whose weights vLLM's loader skips
+        (a tower whose modalities the engine takes none of, a layer of another pipeline rank)."""
         module: torch.nn.Module = self
-        for part in mapped[0].split("."):
+        for part in vllm_name.split("."):
             if isinstance(module, UNBUILT_MODULES):
                 return True
             if module is not self and callable(getattr(module, "load_weights", None)):
                 return True
-            if part in module._parameters or part in module._buffers:
+            if part in module._parameters or (part in module._buffers and part not in module._non_persistent_buffers_set):
                 return True
             child = module._modules.get(part)
             if child is None:
@@ -368,14 +375,18 @@ class HFBridgeBase(EncoderGraphsMixin, TextModelAdaptersMixin, Eagle3HiddenState
         return False
 
     def _create_hf_to_vllm_mapper(self):
-        """vLLM's mapper; a generation class built alone names its checkpoint's weights from
-        itself, `self.model`, whatever its children are called. vLLM's rules read a leading
-        `model.` as the base model's, which the class's own decoder child also is (Qwen2.5-Omni's
-        thinker keeps its text model as `model` beside its towers and head)."""
+        """vLLM's mapper, with two differences. The model's ignore patterns drop a name only
+        where it is no weight of the model (`unexpected_weights.py`). A generation class built
+        alone names its checkpoint's weights from itself, `self.model`, whatever its children
+        are called: vLLM's rules read a leading `model.` as the base model's, which the class's
+        own decoder child also is (Qwen2.5-Omni's thinker keeps its text model as `model` beside
+        its towers and head)."""
         super()._create_hf_to_vllm_mapper()
         if self._built_alone:
             mapper = self.hf_to_vllm_mapper
             mapper.orig_to_new_regex = {re.compile(r"^(.+)"): r"model.\1", **mapper.orig_to_new_regex}
+        self.hf_to_vllm_mapper = ignoring_unexpected_only(
+            self.hf_to_vllm_mapper, self.model._keys_to_ignore_on_load_unexpected, self._names_a_weight)
 
     def _vllm_layout(self, weights):
         """Where vLLM's replacement layers store a tensor differently from the HF module."""

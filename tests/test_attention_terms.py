@@ -32,6 +32,7 @@ from hf_bridge.attention_terms import (
     passed_soft_cap,
     refuse_unapplied_terms,
     unapplied_terms,
+    wrap_vllm_attention_functions,
 )
 
 MINIMAX_SPARSE = Path(__file__).parent / "helpers" / "minimax_sparse.py"
@@ -231,10 +232,17 @@ def test_vllms_attention_functions_are_wrapped_not_replaced():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from vllm.model_executor.models import transformers as backend
 
-    install(REFUSALS)
-    install(REFUSALS)
-    assert ALL_ATTENTION_FUNCTIONS["vllm"].__wrapped__ is backend.vllm_attention_forward
-    assert ALL_ATTENTION_FUNCTIONS["vllm_mla"].__wrapped__ is backend.vllm_mla_attention_forward
+    from hf_bridge.attention_shape import in_transformers_shape
+
+    for _ in range(2):  # each model built installs both wrappers; each wraps once
+        install(REFUSALS)
+        wrap_vllm_attention_functions(in_transformers_shape)
+    for name, original in [("vllm", backend.vllm_attention_forward), ("vllm_mla", backend.vllm_mla_attention_forward)]:
+        wrappers, function = [], ALL_ATTENTION_FUNCTIONS[name]
+        while hasattr(function, "__wrapped__"):
+            wrappers.append(function)
+            function = function.__wrapped__
+        assert function is original and len(wrappers) == 2, (name, wrappers)
 
 
 def test_layers_keeping_state_are_read_as_transformers_caches_them():
