@@ -25,7 +25,8 @@ a process that imported numba (`kernel_rebind_scan.py`).
 
 `HF_BRIDGE_DISABLE=1` registers nothing, so vLLM's in-tree backend stays in charge.
 hf_bridge never replaces vLLM's `"vllm"` attention function: its model wraps it with one
-check, that no attention term is dropped (`attention_terms.py`).
+check, that no attention term is dropped (`attention_terms.py`), and hands the answer on
+in transformers' shape (`attention_shape.py`).
 """
 
 from __future__ import annotations
