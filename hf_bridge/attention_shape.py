@@ -33,4 +33,3 @@ def in_transformers_shape(attention: Callable) -> Callable:
 
     setattr(shaped, SHAPED_ATTR, True)
     return shaped
-

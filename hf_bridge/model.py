@@ -55,10 +55,9 @@ from vllm.sequence import IntermediateTensors
 from . import LOGGER_NAME, errors, features, split
 from .adapters import TextModelAdaptersMixin, token_embedding_unadapted
 from .attention_terms import APPLIED_SOFT_CAP_ATTR, BUILT_HEADS_ATTR, BuiltHeads, Refusals, layers_with_carried_state
-from .attention_terms import install as install_attention_term_check
-from .attention_terms import wrap_vllm_attention_functions
 from .attention_shape import in_transformers_shape
-from .attention_terms import layers_with_indexed_attention, passed_soft_cap
+from .attention_terms import install as install_attention_term_check
+from .attention_terms import layers_with_indexed_attention, passed_soft_cap, wrap_vllm_attention_functions
 from .eagle3 import Eagle3HiddenStatesMixin, name_image_token_index
 from .compile_twin import built_as, twin
 from .encoder_graphs.cpu import CPUEncoderGraphs, cpu_graphs_requested
@@ -101,8 +100,8 @@ from .processing import (
 from .placeholders import MODALITY_OF_TYPE
 from .token_inputs import DYNAMIC_DIM as PER_LAYER_DYNAMIC_DIM
 from .token_inputs import PER_LAYER_INPUTS_ARG, PerLayerTokenInputs, per_layer_inputs_taker, reads_per_layer_token_embeddings
-from .unexpected_weights import ignoring_unexpected_only
 from .token_tables import TokenTableInputs, learn_token_tables, may_take_token_fields, token_fields
+from .unexpected_weights import ignoring_unexpected_only
 from .versions import log_handling
 
 logger = init_logger(LOGGER_NAME)

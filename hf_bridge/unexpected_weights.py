@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from vllm.model_executor.models.utils import ShardIds, WeightsMapper
 
@@ -33,6 +33,10 @@ class UnexpectedOnlyMapper(WeightsMapper):
         for renaming in self.orig_to_new_renaming:
             renamed, _ = renaming.rename_source_key(renamed)
         return None if any(pattern.search(renamed) for pattern in self.unexpected_patterns) else mapped
+
+    def get_rename_mapper(self) -> WeightsMapper:
+        """vLLM's renames alone (LoRA's and quantization's name lists), which drop no name."""
+        return replace(super().get_rename_mapper(), unexpected_patterns=())
 
 
 def ignoring_unexpected_only(mapper: WeightsMapper, ignored: Iterable[str] | None,

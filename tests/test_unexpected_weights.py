@@ -36,8 +36,9 @@ def test_an_ignore_pattern_matching_a_weight_no_longer_drops_it():
     assert mapper.apply_list(["h.0.mlp.bias"]) == ["model.h.0.mlp.bias"]
     # the other mappings keep their order and their effect
     assert list(mapper.orig_to_new_regex.values()) == [r"model.\1"]
-    # vLLM's consumers that only rename (LoRA, quantization lists) still derive theirs
-    assert mapper.get_rename_mapper().apply_list(["h.0.attn.c_attn.bias"]) == ["model.h.0.attn.c_attn.bias"]
+    # vLLM's consumers that only rename (LoRA, quantization lists) still derive theirs, which drop nothing
+    assert mapper.get_rename_mapper().apply_list(["h.0.attn.c_attn.bias", "h.0.attn.bias"]) == [
+        "model.h.0.attn.c_attn.bias", "model.h.0.attn.bias"]
 
 
 def test_a_model_ignoring_nothing_keeps_vllms_mapper():

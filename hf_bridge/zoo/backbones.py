@@ -57,13 +57,13 @@ BACKBONE_SETTINGS: dict[str, dict[str, Any]] = {
     # top-1 routing, the one its config accepts: the shrink's top-2 fails its own check
     "zaya": dict(num_experts_per_tok=1),
 }
+"""Text-config values set after the shrink, where the default shrunk would not build or
+would lose a kind of layer its checkpoints have."""
 
 CENTRED_NORM_BIASES = frozenset({"gpt2"})
 """Decoders whose norm biases are drawn around 0 (`ZooSpec.centred_norm_biases`): GPT-2's
 every LayerNorm has a bias, near 1 a constant that drowned its input, so every prompt's
 greedy tokens repeated one id in transformers (four seeds tried)."""
-"""Text-config values set after the shrink, where the default shrunk would not build or
-would lose a kind of layer its checkpoints have."""
 
 
 def backbone_config(text_type: str, vocab_size: int, settings: dict[str, Any] | None = None) -> Any:
