@@ -75,7 +75,7 @@ PIXEL_CHANNELS = (1, 3)
 """The channel counts transformers finds on a first or last axis of an image array (grey, RGB)."""
 
 
-def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tuple[int, ...] = ()) -> str:
+def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tuple[int, ...] = (), described: str = "") -> str:
     frame = shape[1:] if modality == "video" else shape
     if modality == "audio" and len(shape) > 1:  # speech feature extractors take one channel
         fix = f"it holds an array of shape {shape}: send the clip as mono samples (one dimension; average its channels)."
@@ -88,7 +88,7 @@ def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tup
         fix = (f"change what its message names (a size, shape or aspect ratio), or check that the {modality} "
                "is valid and decodable.")
     return (
-        f"{modality.capitalize()} {index} of this request could not be processed by the model's "
+        f"{modality.capitalize()} {index} of this request{f' ({described})' if described else ''} could not be processed by the model's "
         f"HF processor ({_processors_error(exc)}). Send {_ONE.get(modality, modality)} the processor "
         f"takes: {fix}"
     )
@@ -118,6 +118,15 @@ def audio_clip_too_short(index: int, seconds: float, placed: float, processor: A
         f"Audio {index} of this request lasts {seconds:.4f} s, and {type(processor).__name__} gives it no "
         "embedding position: too short a clip for the model to hear anything of. Send a longer clip "
         f"(hf_bridge places a clip of {placed:g} s), or leave it out of the request."
+    )
+
+
+def item_gets_no_tokens(modality: str, index: int, sent: str, processor: Any, example: str | None) -> str:
+    larger = f"a larger {modality} ({example})" if example else f"a larger {modality}"
+    return (
+        f"{modality.capitalize()} {index} of this request{f' ({sent})' if sent else ''} gets no tokens from {type(processor).__name__}: it "
+        f"expands the {modality}'s placeholder to nothing, so the model would not see the {modality} "
+        f"(transformers runs such a prompt without it, silently). Send {larger}, or leave it out of the request."
     )
 
 

@@ -34,6 +34,11 @@ class PlaceholderError(ValueError):
     """The processor's output cannot be read as one expansion per item."""
 
 
+class NoTokensError(PlaceholderError):
+    """The processor expanded an item's placeholder to no tokens at all (LightOnOCR's, for an
+    image smaller than one merged patch): the model would not see the item."""
+
+
 @dataclass(frozen=True)
 class Run:
     """A maximal stretch of equal token types: `[start, end)`."""
@@ -148,6 +153,8 @@ def expansion_from_probe(
         )
     token_ids = tuple(processed_ids[len(prefix) : end])
     type_ids = tuple(processed_type_ids[len(prefix) : end])
+    if not token_ids:
+        raise NoTokensError(f"the processor expanded the {modality} placeholder to no tokens")
     typed = Counter(t for t in type_ids if t != 0)
     if not typed:
         raise PlaceholderError(

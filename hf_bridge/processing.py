@@ -415,6 +415,18 @@ _DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=
 """Set while vLLM builds a dummy request (per thread: its warm-up may run beside requests)."""
 
 
+def _described(sent: Any) -> str:
+    """An item as sent, by its size: an image's pixels (width x height), a video's frames, an
+    array's shape; empty for anything else."""
+    if isinstance(getattr(sent, "size", None), tuple):  # a PIL image
+        return f"{sent.size[0]}x{sent.size[1]} pixels"
+    if isinstance(sent, (np.ndarray, torch.Tensor)):
+        return f"an array of shape {tuple(sent.shape)}"
+    if isinstance(sent, (list, tuple)) and sent and (frame := _described(sent[0])):
+        return f"{len(sent)} frames of {frame}"
+    return ""
+
+
 def _clip_seconds(item: dict, sampling_rate: int) -> float:
     """Length of a one-clip audio item (`ProcessorProbe.iter_items`), in seconds."""
     (clip,) = item["audio"]
@@ -609,6 +621,9 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 raise ValueError(errors.audio_clip_too_short(index, seconds, AUDIO_SECONDS, self.info.get_hf_processor())) from exc
             if request_keys and self._probe_or_none(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.kwargs_unplaceable(modality, index, exc, sorted(request_keys))) from exc
+            if isinstance(exc, placeholders.NoTokensError):
+                raise ValueError(errors.item_gets_no_tokens(modality, index, _described(media_scale.sent_media(modality, item)),
+                                                            self.info.get_hf_processor(), self._placed_blank(modality))) from exc
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
             raise
@@ -620,11 +635,27 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             sent = media_scale.sent_media(modality, item)
             shape = tuple(np.shape(sent)) if modality == "audio" or isinstance(sent, (np.ndarray, torch.Tensor)) else ()
-            raise ValueError(errors.unprocessable_item(modality, index, exc, shape)) from exc
+            # an array's shape is in the fix the message names; a PIL image's size is not
+            described = "" if shape else _described(sent)
+            raise ValueError(errors.unprocessable_item(modality, index, exc, shape, described)) from exc
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         self._check_media_scale(modality, index, item, out, hf_kwargs)
         return out, expansion
+
+    def _placed_blank(self, modality: str) -> str | None:
+        """A blank item the processor gives tokens, and how many (its usual probe, under the
+        default kwargs): the size a refused item can be compared with. None for audio, whose
+        too short clips are refused by their length, or where it cannot be read."""
+        if modality not in ("image", "video"):
+            return None
+        try:
+            shape = self.info.probes.blank_shape(modality)
+            tokens = self.info.probes.blank_placeholder_length(modality, shape.width, shape.height, shape.frames)
+        except Exception:  # noqa: BLE001 - the refusal stands without the example
+            return None
+        frames = f"{shape.frames} frames of " if modality == "video" else ""
+        return f"one of {frames}{shape.width}x{shape.height} pixels gets {tokens} tokens"
 
     def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain,
                                 plain_kwargs: Mapping[str, object]) -> None:

@@ -224,3 +224,40 @@ def test_an_image_tensor_is_refused_with_the_ways_to_send_its_pixels(zoo):
         embeddings_taken = build_processor(zoo(name), enable_mm_embeds=True)
         with pytest.raises(ValueError, match="the request carries 3 images"):  # vLLM's reading stands: 3 embeddings
             inspect_prompt(embeddings_taken, prompt, {"image": tensor})
+
+
+def test_an_image_the_processor_gives_no_tokens_is_refused_naming_its_size_and_one_it_places(generic):
+    """LightOnOCR's processor expands the placeholder of an image smaller than one merged
+    patch to nothing, and transformers runs the prompt without the image, silently.
+    hf_bridge refused it as a processor that "does not report `mm_token_type_ids`", which
+    this one does; the refusal names the image's size and a size the processor places, and
+    an image of that size is placed."""
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.validate import parity
+
+    processor = build_processor(generic("lighton_ocr"))
+    hf_processor = processor.info.get_hf_processor()
+    prompt = parity.prompt_text(hf_processor, parity.Case("one_image", num_images=1))
+    small = parity.test_image(29, 13, seed=1)
+    assert hf_processor.image_token_id not in hf_processor(text=[prompt], images=[small])["input_ids"][0].tolist()
+    with pytest.raises(ValueError, match=re.escape(
+            "Image 0 of this request (29x13 pixels) gets no tokens from LightOnOcrProcessor: it expands the image's "
+            "placeholder to nothing, so the model would not see the image (transformers runs such a prompt without "
+            "it, silently). Send a larger image (one of 112x112 pixels gets 16 tokens), or leave it out")):
+        inspect_prompt(processor, prompt, {"image": small})
+    (placed,) = inspect_prompt(processor, prompt, {"image": parity.test_image(112, 112, seed=1)}).items
+    assert placed.length == 16
+
+
+def test_an_image_the_processor_cannot_take_is_refused_naming_its_size(zoo):
+    """Pixtral's processor resizes a 2x300 image to no columns and raises on the size it
+    computed; the refusal named the processor's error alone, not the image it came from."""
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.validate import parity
+
+    processor = build_processor(zoo("mistral3"))
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), parity.Case("one_image", num_images=1))
+    with pytest.raises(ValueError, match=re.escape(
+            "Image 0 of this request (2x300 pixels) could not be processed by the model's HF processor (ValueError: "
+            "Size must contain 'height' and 'width' keys")):
+        inspect_prompt(processor, prompt, {"image": parity.test_image(2, 300, seed=1)})

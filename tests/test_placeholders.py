@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hf_bridge.placeholders import (
     TOKEN_TYPE_IDS,
     Expansion,
+    NoTokensError,
     PlaceholderError,
     count_outside,
     expansion_from_probe,
@@ -92,6 +93,9 @@ def test_probe_errors_name_the_problem():
         expansion_from_probe("image", [BOS, IMG], (1, 2), [BOS, IMG], [1, 1])
     with pytest.raises(PlaceholderError, match="typed no token"):
         expansion_from_probe("image", [BOS, IMG], (1, 2), [BOS, IMG, IMG], [0, 0, 0])
+    # LightOnOCR's image smaller than one merged patch: the placeholder is gone
+    with pytest.raises(NoTokensError, match="expanded the image placeholder to no tokens"):
+        expansion_from_probe("image", [BOS, IMG, 9], (1, 2), [BOS, 9], [0, 0])
 
 
 def _exp(modality, tokens, types, embed):
