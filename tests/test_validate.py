@@ -254,12 +254,17 @@ def test_validate_in_bfloat16_finds_the_logit_scale_failure_the_top_5_rule_passe
     """`--dtype bfloat16`, as vLLM serves most checkpoints: the in-tree backend's Aya Vision
     keeps every greedy token (a `logit_scale` does not move the argmax), so vLLM's top-5
     rule alone passes it; its log-probs, 5.65 apart, are far beyond 3 times transformers'
-    own bfloat16 rounding, and hf_bridge's are within it."""
+    own bfloat16 rounding, and hf_bridge's are within it. Where bfloat16 runs on other
+    kernels (an AMD EPYC without AMX), hf_bridge's first generated token is a near-tie,
+    -2.202 against transformers' -2.205, each in the other's top 5; the prompt's log-probs
+    are still compared, and within it."""
     done, report = _validate(zoo("aya_vision"), tmp_path, "--impl", "all", "--cases", "one_image", "--dtype", "bfloat16")
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
     verdicts = {(v["impl"], v["stage"]): v for v in report["verdicts"]}
     assert verdicts["hf_bridge", "processing"]["outcome"] == verdicts["hf_bridge", "decoding"]["outcome"] == PASS
-    assert verdicts["hf_bridge", "decoding"]["detail"].startswith("in bfloat16, against transformers in bfloat16: max |log-prob difference|")
+    assert re.fullmatch(r"in bfloat16, against transformers in bfloat16: (near-tie at generated position \d+: [^;]*; not compared past it; )?"
+                        r"max \|log-prob difference\| \S+ where compared \(tolerance .*from its float32 ones\)",
+                        verdicts["hf_bridge", "decoding"]["detail"]), verdicts["hf_bridge", "decoding"]["detail"]
     assert verdicts["intree", "decoding"]["outcome"] == FAIL
     assert re.fullmatch(r"log-probs differ by up to 5\.\d\de\+00 where compared \(tolerance .*from its float32 ones\)",
                         verdicts["intree", "decoding"]["detail"]), verdicts["intree", "decoding"]["detail"]
