@@ -130,6 +130,18 @@ def item_gets_no_tokens(modality: str, index: int, sent: str, processor: Any, ex
     )
 
 
+def item_gets_no_features(modality: str, index: int, sent: str, processor: Any, positions: int,
+                          empty: dict[str, tuple[int, ...]], example: str | None) -> str:
+    fields = ", ".join(f"`{key}` of shape {shape}" for key, shape in empty.items())
+    other = ("a longer clip" if modality == "audio" else f"a larger {modality}") + (f" ({example})" if example else "")
+    return (
+        f"{modality.capitalize()} {index} of this request{f' ({sent})' if sent else ''} gets no features from "
+        f"{type(processor).__name__}: it gives the {modality} {positions} embedding position(s) but an empty {fields}, "
+        f"so the model's encoder would have nothing of it to encode. "
+        f"Send {other}, or leave it out of the request."
+    )
+
+
 def unnumberable_item(modality: str, index: int, exc: BaseException, processor: Any) -> str:
     return (
         f"{type(processor).__name__} writes each {modality}'s position among the prompt's "

@@ -638,10 +638,29 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             # an array's shape is in the fix the message names; a PIL image's size is not
             described = "" if shape else _described(sent)
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape, described)) from exc
+        self._check_features_given(modality, index, item, out, expansion)
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         self._check_media_scale(modality, index, item, out, hf_kwargs)
         return out, expansion
+
+    def _check_features_given(self, modality: str, index: int, item: dict, out: BatchFeature, expansion) -> None:
+        """Refuse an item the processor places but gives empty features: Gemma 3n's feature
+        extractor gives a clip under one 32 ms frame no frames, yet 188 tokens, and the
+        audio tower's first convolution raised on it in the engine's worker (transformers
+        raises the same), which stopped the engine."""
+        shapes = {k: tuple(v.shape) for k in split.item_data_keys(list(out))
+                  if isinstance(v := out[k], torch.Tensor) and v.is_floating_point()}
+        if not (empty := split.empty_features(shapes)):
+            return
+        processor = self.info.probes.processor
+        if modality == "audio":
+            sent = f"{_clip_seconds(item, audio_sampling_rate(processor)):.4f} s"
+            example = f"one of {AUDIO_SECONDS:g} s gets features"
+        else:
+            sent, example = _described(media_scale.sent_media(modality, item)), self._placed_blank(modality)
+        raise ValueError(errors.item_gets_no_features(modality, index, sent, self.info.get_hf_processor(),
+                                                      expansion.num_embeds, {k: shapes[k] for k in empty}, example))
 
     def _placed_blank(self, modality: str) -> str | None:
         """A blank item the processor gives tokens, and how many (its usual probe, under the

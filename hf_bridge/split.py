@@ -7,7 +7,8 @@ hf_bridge processes every multimodal item *alone* (see `processing.py`), so an i
 it is padded to a neighbour's size, and vLLM's processor cache can store and reuse it
 under the item's own hash. These helpers then decide
 
-- which keys of that `BatchFeature` are the item's data (`item_data_keys`),
+- which keys of that `BatchFeature` are the item's data (`item_data_keys`), and whether
+  they leave the encoder nothing to encode (`empty_features`),
 - which items can share one encoder call (`batch_groups`): those whose tensors agree on
   every dimension but the first, so concatenating them along dim 0 gives exactly the
   layout the HF processor emits for several items of that size,
@@ -39,6 +40,15 @@ def item_data_keys(keys: Sequence[str]) -> list[str]:
 
 
 Shape = tuple[int, ...]
+
+
+def empty_features(float_shapes: Mapping[str, Shape]) -> list[str]:
+    """The keys of an item's floating-point fields (its pixels, its audio features), by
+    shape, where every one of them is empty: the model's encoder would get nothing of the
+    item. No keys where any holds data, or where the item has no such field."""
+    if float_shapes and all(0 in shape for shape in float_shapes.values()):
+        return sorted(float_shapes)
+    return []
 
 
 def item_signature(fields: Mapping[str, Shape | Hashable]) -> tuple:

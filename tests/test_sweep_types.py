@@ -392,6 +392,51 @@ def test_media_ranges_and_shared_keys_in_compiled_mode(generic_checkpoints, engi
 
 
 @pytest.mark.engine
+def test_a_clip_the_processor_gives_no_frames_is_refused_and_the_engine_serves_on(generic_checkpoints, engines):
+    """Gemma 3n's processor gives every clip its 188 positions, but a clip under one 32 ms
+    frame an empty `input_features`, on which its audio tower's first convolution raises
+    (transformers' own, asserted here): in vLLM's worker that stopped the engine, and an
+    in-process one then hung on its next request. Such a clip is refused before it reaches
+    the engine, naming its length and what is empty; a clip of one frame is served, and the
+    engine serves on."""
+    import torch
+    from transformers import AutoConfig, AutoProcessor
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nAudioEncoder
+    from vllm import SamplingParams
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+
+    model_dir = generic_checkpoints["gemma3n"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
+    rate = processor.feature_extractor.sampling_rate
+    one_second, short, one_frame = (parity.test_audio(seconds=s, seed=1) for s in (1.0, 0.02, 0.0325))
+    features = processor(text=[prompt], audio=[short], return_tensors="pt")
+    assert tuple(features["input_features"].shape) == (1, 0, 128)
+    tower = Gemma3nAudioEncoder(AutoConfig.from_pretrained(model_dir).audio_config).eval()
+    with pytest.raises(RuntimeError, match=re.escape("Kernel size can't be greater than actual input size")), torch.no_grad():
+        tower(features["input_features"], features["input_features_mask"])
+    refusal = re.escape(
+        "Audio 0 of this request (0.0200 s) gets no features from Gemma3nProcessor: it gives the audio 188 embedding "
+        "position(s) but an empty `input_features` of shape (1, 0, 128), so the model's encoder would have nothing of "
+        "it to encode. Send a longer clip (one of 1 s gets features), or leave it out of the request.")
+    with pytest.raises(ValueError, match=refusal):  # in the front end alone: without the refusal an engine would hang
+        inspect_prompt(build_processor(model_dir), prompt, {"audio": (short, rate)})
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
+
+    def generate(clip):
+        (out,) = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, rate)}},
+                              SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+        return out.outputs[0].token_ids
+
+    served = generate(one_second)
+    with pytest.raises(ValueError, match=refusal):
+        generate(short)
+    assert len(generate(one_frame)) == 4
+    assert generate(one_second) == served
+
+
+@pytest.mark.engine
 def test_audio_at_another_rate_is_resampled(generic_checkpoints, engines):
     """vLLM resamples a clip to the feature extractor's rate with torchaudio, which the CPU
     recipe has not; vLLM 0.32 then failed the request with `PackageNotFoundError: No
