@@ -56,11 +56,15 @@ def run_to_hidden_states(text_model: torch.nn.Module, head_name: str, read_as_lo
     so the hidden states are handed on under that name too, and the caller returns them
     where it would return logits."""
     decoder = decoder_of(text_model)
+    child = next((name for name, module in text_model.named_children() if module is decoder), None)
 
     def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         for name in HEAD_ONLY_ARGUMENTS:
             kwargs.pop(name, None)
-        output = decoder(*args, **kwargs)
+        # the child looked up per call: hf_bridge stands one in for it to learn what the
+        # forward hands it (`features.handed_to_decoder`); the decoder held from here had run
+        # whole instead, and in compiled mode vLLM's decorator compiled it for those ids alone
+        output = (getattr(self, child) if child else decoder)(*args, **kwargs)
         if read_as_logits and isinstance(output, dict):  # a ModelOutput (a tuple where asked for one)
             output[LOGITS] = output[0]
         return output

@@ -39,6 +39,26 @@ def test_it_then_returns_its_decoders_hidden_states_and_holds_no_head():
     assert not any(p.shape[0] == TINY["vocab_size"] for n, p in model.named_parameters() if not n.startswith("model."))
 
 
+def test_what_its_forward_hands_its_decoder_can_still_be_asked():
+    """`features.handed_to_decoder` stands a child in for the decoder to learn what the
+    forward hands it. The forward had held the decoder from before, so it ran whole
+    instead (Qwen2.5-Omni's thinker, its own generation model): in vLLM's compiled mode,
+    the decorator compiled the decoder for that call's ids alone, and the engine stopped at
+    its first step on the embeddings it is handed (`'NoneType' object has no attribute 'size'`)."""
+    from hf_bridge.features import handed_to_decoder
+
+    model = Qwen2ForCausalLM(Qwen2Config(**TINY)).eval()
+    run_to_hidden_states(model, "lm_head")
+    decoder = model.model
+    ran = []
+    decoder.register_forward_hook(lambda *_: ran.append(True))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        handed = handed_to_decoder(model, ids, {})
+    assert handed is not None and torch.equal(handed["input_ids"], ids)  # a causal LM embeds inside its decoder
+    assert not ran and model.model is decoder
+
+
 def test_a_caller_that_reads_its_text_models_logits_gets_the_hidden_states():
     """Nemotron-H-Omni's forward returns `self.language_model(...).logits`: with
     `read_as_logits` those are the hidden states, and the output's first entry stays them."""
