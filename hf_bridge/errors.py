@@ -85,8 +85,8 @@ def unprocessable_item(modality: str, index: int, exc: BaseException, shape: tup
                f"{'each frame' if modality == 'video' else 'an image'} on a first or last axis of "
                f"{' or '.join(map(str, PIXEL_CHANNELS))} (grey or RGB). Drop the alpha channel (`array[..., :3]`){pil}.")
     else:
-        fix = (f"change what its message names (a size, shape or aspect ratio), or check that the {modality} "
-               "is valid and decodable.")
+        named = "a clip's length, for one" if modality == "audio" else "a size, shape or aspect ratio"
+        fix = f"change what its message names ({named}), or check that the {modality} is valid and decodable."
     return (
         f"{modality.capitalize()} {index} of this request{f' ({described})' if described else ''} could not be processed by the model's "
         f"HF processor ({_processors_error(exc)}). Send {_ONE.get(modality, modality)} the processor "
@@ -122,24 +122,43 @@ def audio_clip_too_short(index: int, seconds: float, placed: float, processor: A
 
 
 def item_gets_no_tokens(modality: str, index: int, sent: str, processor: Any, example: str | None) -> str:
-    larger = f"a larger {modality} ({example})" if example else f"a larger {modality}"
     return (
-        f"{modality.capitalize()} {index} of this request{f' ({sent})' if sent else ''} gets no tokens from {type(processor).__name__}: it "
+        f"{_item_named(modality, index, sent)} gets no tokens from {type(processor).__name__}: it "
         f"expands the {modality}'s placeholder to nothing, so the model would not see the {modality} "
-        f"(transformers runs such a prompt without it, silently). Send {larger}, or leave it out of the request."
+        f"(transformers runs such a prompt without it, silently). Send {_other_item(modality, example)}, or leave it out of the request."
     )
 
 
 def item_gets_no_features(modality: str, index: int, sent: str, processor: Any, positions: int,
                           empty: dict[str, tuple[int, ...]], example: str | None) -> str:
-    fields = ", ".join(f"`{key}` of shape {shape}" for key, shape in empty.items())
-    other = ("a longer clip" if modality == "audio" else f"a larger {modality}") + (f" ({example})" if example else "")
     return (
-        f"{modality.capitalize()} {index} of this request{f' ({sent})' if sent else ''} gets no features from "
-        f"{type(processor).__name__}: it gives the {modality} {positions} embedding position(s) but an empty {fields}, "
-        f"so the model's encoder would have nothing of it to encode. "
-        f"Send {other}, or leave it out of the request."
+        f"{_item_named(modality, index, sent)} gets no features from {type(processor).__name__}: it gives the "
+        f"{modality} {positions} embedding position(s) but an empty {_fields_by_shape(empty)}, so the model's "
+        f"encoder would have nothing of it to encode. Send {_other_item(modality, example)}, or leave it out of the request."
     )
+
+
+def item_features_not_numbers(modality: str, index: int, sent: str, processor: Any, fields: dict[str, tuple[int, ...]]) -> str:
+    other = "a longer clip" if modality == "audio" else f"another {modality}"  # Parakeet's: a clip of one or two frames
+    return (
+        f"{_item_named(modality, index, sent)} gets features that are not numbers from {type(processor).__name__}: "
+        f"its {_fields_by_shape(fields)} hold NaN, so nothing the model generated from them would mean anything "
+        f"(transformers generates from the same NaN). Send {other}, or leave it out of the request."
+    )
+
+
+def _item_named(modality: str, index: int, sent: str) -> str:
+    return f"{modality.capitalize()} {index} of this request{f' ({sent})' if sent else ''}"
+
+
+def _fields_by_shape(fields: dict[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"`{key}` of shape {shape}" for key, shape in fields.items())
+
+
+def _other_item(modality: str, example: str | None) -> str:
+    """What to send instead of an item the processor gives nothing usable: a longer clip,
+    or a larger image or video (`example`: one the processor places)."""
+    return ("a longer clip" if modality == "audio" else f"a larger {modality}") + (f" ({example})" if example else "")
 
 
 def unnumberable_item(modality: str, index: int, exc: BaseException, processor: Any) -> str:

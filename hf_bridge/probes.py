@@ -153,7 +153,7 @@ def video_metadata_asked(processor: Any, media: Mapping[str, Any], kwargs: Mappi
     `media` holds videos it samples frames of: the processor's placeholder step may read it
     without asking itself (Cosmos3-Edge's and MUSE-Glimmer's `replace_video_token`; Qwen3-VL's
     asks in its defaults). Nothing where the caller's `kwargs` already say."""
-    if "videos" not in media or not needs_video_metadata(processor, kwargs) or {"return_metadata", "videos_kwargs"} & kwargs.keys():
+    if "videos" not in media or not (needs_video_metadata(processor, kwargs) or needs_video_metadata(processor)) or {"return_metadata", "videos_kwargs"} & kwargs.keys():
         return {}
     return {"videos_kwargs": {"return_metadata": True}}
 

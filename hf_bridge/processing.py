@@ -635,8 +635,10 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 raise ProcessorKwargsRefused(errors.processor_kwargs_refused(exc)) from exc
             sent = media_scale.sent_media(modality, item)
             shape = tuple(np.shape(sent)) if modality == "audio" or isinstance(sent, (np.ndarray, torch.Tensor)) else ()
-            # an array's shape is in the fix the message names; a PIL image's size is not
-            described = "" if shape else _described(sent)
+            if modality == "audio":  # a clip of several channels: the fix names its shape
+                described = "" if len(shape) > 1 else self._item_sent(modality, item)
+            else:  # an array's shape is in the fix the message names; a PIL image's size is not
+                described = "" if shape else _described(sent)
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape, described)) from exc
         self._check_features_given(modality, index, item, out, expansion)
         if modality == "audio":
@@ -645,22 +647,26 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
         return out, expansion
 
     def _check_features_given(self, modality: str, index: int, item: dict, out: BatchFeature, expansion) -> None:
-        """Refuse an item the processor places but gives empty features: Gemma 3n's feature
-        extractor gives a clip under one 32 ms frame no frames, yet 188 tokens, and the
-        audio tower's first convolution raised on it in the engine's worker (transformers
-        raises the same), which stopped the engine."""
-        shapes = {k: tuple(v.shape) for k in split.item_data_keys(list(out))
-                  if isinstance(v := out[k], torch.Tensor) and v.is_floating_point()}
-        if not (empty := split.empty_features(shapes)):
-            return
-        processor = self.info.probes.processor
+        """Refuse an item the processor places but gives nothing the encoder can read:
+        features all empty (Gemma 3n's feature extractor gives a clip under one 32 ms frame
+        no frames, yet 188 tokens, and its audio tower's first convolution raised on it in
+        the engine's worker, which stopped the engine), or holding NaN (Parakeet's, which
+        normalizes a clip by its own spread, gives a clip of one or two frames NaN; the
+        reply, transformers' too, was token 0 throughout, silently)."""
+        floats = {k: v for k in split.item_data_keys(list(out)) if isinstance(v := out[k], torch.Tensor) and v.is_floating_point()}
+        shapes = {k: tuple(v.shape) for k, v in floats.items()}
+        if empty := split.empty_features(shapes):
+            raise ValueError(errors.item_gets_no_features(modality, index, self._item_sent(modality, item), self.info.get_hf_processor(),
+                                                          expansion.num_embeds, {k: shapes[k] for k in empty}, self._placed_blank(modality)))
+        if not_numbers := [k for k, v in floats.items() if bool(v.isnan().any())]:
+            raise ValueError(errors.item_features_not_numbers(modality, index, self._item_sent(modality, item), self.info.get_hf_processor(),
+                                                              {k: shapes[k] for k in not_numbers}))
+
+    def _item_sent(self, modality: str, item: dict) -> str:
+        """An item as the request sent it, for a refusal: a clip by its length, other media by size."""
         if modality == "audio":
-            sent = f"{_clip_seconds(item, audio_sampling_rate(processor)):.4f} s"
-            example = f"one of {AUDIO_SECONDS:g} s gets features"
-        else:
-            sent, example = _described(media_scale.sent_media(modality, item)), self._placed_blank(modality)
-        raise ValueError(errors.item_gets_no_features(modality, index, sent, self.info.get_hf_processor(),
-                                                      expansion.num_embeds, {k: shapes[k] for k in empty}, example))
+            return f"{_clip_seconds(item, audio_sampling_rate(self.info.probes.processor)):.4f} s"
+        return _described(media_scale.sent_media(modality, item))
 
     def _placed_blank(self, modality: str) -> str | None:
         """A blank item the processor gives tokens, and how many (its usual probe, under the

@@ -402,7 +402,6 @@ def test_a_clip_the_processor_gives_no_frames_is_refused_and_the_engine_serves_o
     import torch
     from transformers import AutoConfig, AutoProcessor
     from transformers.models.gemma3n.modeling_gemma3n import Gemma3nAudioEncoder
-    from vllm import SamplingParams
 
     from hf_bridge.inspect import build_processor, inspect_prompt
 
@@ -419,21 +418,103 @@ def test_a_clip_the_processor_gives_no_frames_is_refused_and_the_engine_serves_o
     refusal = re.escape(
         "Audio 0 of this request (0.0200 s) gets no features from Gemma3nProcessor: it gives the audio 188 embedding "
         "position(s) but an empty `input_features` of shape (1, 0, 128), so the model's encoder would have nothing of "
-        "it to encode. Send a longer clip (one of 1 s gets features), or leave it out of the request.")
+        "it to encode. Send a longer clip, or leave it out of the request.")
     with pytest.raises(ValueError, match=refusal):  # in the front end alone: without the refusal an engine would hang
         inspect_prompt(build_processor(model_dir), prompt, {"audio": (short, rate)})
-    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
+    assert_refused_and_served_on(engines.get(model_dir, limit_mm_per_prompt=served_limits(processor)), processor,
+                                 refusal, short, [one_second, one_frame])
+
+
+@pytest.mark.engine
+def test_a_clip_the_processor_gives_nan_features_is_refused_and_the_engine_serves_on(generic_checkpoints, engines, tmp_path):
+    """Parakeet's feature extractor (Nemotron-H Omni's) normalizes a clip by its spread
+    over frames, divided by one frame fewer than it has: a clip of one or two frames gets
+    NaN features, and transformers, like vLLM, then generated token 0 throughout,
+    silently. Such a clip is refused, naming what holds NaN; a clip of three frames is
+    served, and the engine serves on."""
+    from scipy.io import wavfile
+    from transformers import AutoProcessor
+
+    model_dir = generic_checkpoints["nemotron_h_omni"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    rate = processor.feature_extractor.sampling_rate
+    one_second, short, three_frames = (parity.test_audio(seconds=s, seed=1) for s in (1.0, 0.001, 0.02))
+    wavfile.write(tmp_path / "short.wav", rate, short)
+    prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
+    assert processor(text=[prompt], audio=[short], return_tensors="pt")["input_features"].isnan().all()
+    (reference,) = references(model_dir, [parity.Case.from_files("short", "Transcribe the audio.", audios=[str(tmp_path / "short.wav")])])
+    assert set(reference.tokens) == {0}
+    refusal = re.escape(
+        "Audio 0 of this request (0.0010 s) gets features that are not numbers from NemotronH_Omni_Reasoning_V3Processor: "
+        "its `input_features` of shape (1, 1, 80) hold NaN, so nothing the model generated from them would mean anything "
+        "(transformers generates from the same NaN). Send a longer clip, or leave it out of the request.")
+    assert_refused_and_served_on(engines.get(model_dir, limit_mm_per_prompt=served_limits(processor)), processor,
+                                 refusal, short, [one_second, three_frames])
+
+
+def test_a_clip_the_feature_extractor_raises_on_is_named_by_its_length_in_a_validate_prompt(generic_checkpoints, tmp_path):
+    """Phi-4-multimodal's feature extractor raises on a clip under one 25 ms window. The
+    prompt validate builds for a processor without a chat template had then dropped its
+    `<|audio_token|>`, as if the processor inserted items itself (Fuyu's does), and the
+    refusal blamed the prompt's placeholders; the prompt keeps the token, and the refusal
+    names the clip by its length."""
+    from scipy.io import wavfile
+    from transformers import AutoProcessor
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+
+    model_dir = generic_checkpoints["phi4_multimodal"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    wavfile.write(tmp_path / "short.wav", processor.audio_processor.sampling_rate, parity.test_audio(seconds=0.01, seed=1))
+    case = parity.Case.from_files("short", "Transcribe the audio.", audios=[str(tmp_path / "short.wav")])
+    request = parity.vllm_request(processor, case)
+    assert request["prompt"] == "<|audio_token|>Transcribe the audio."
+    with pytest.raises(ValueError, match=re.escape(
+            "Audio 0 of this request (0.0100 s) could not be processed by the model's HF processor (RuntimeError: maximum "
+            "size for tensor at dimension 1 is 160 but size is 400). Send an audio clip the processor takes: change what "
+            "its message names (a clip's length, for one)")):
+        inspect_prompt(build_processor(model_dir), request["prompt"], request["multi_modal_data"])
+
+
+def test_a_video_sampled_already_is_placed_where_the_processor_reads_its_metadata(generic_checkpoints):
+    """Cosmos3-Edge's processor writes each frame's timestamp from the video's metadata
+    without asking for it. Where vLLM's loader or its profiling dummy had sampled the frames
+    already (`do_sample_frames: False` beside the metadata), hf_bridge had not asked the
+    processor for the metadata, and it raised `KeyError: 'video_metadata'`: such a video was
+    refused, and in compiled mode (on a GPU, in any mode: vLLM profiles there) the engine
+    did not start."""
+    from transformers import AutoProcessor
+
+    from hf_bridge.inspect import build_processor, inspect_prompt
+    from hf_bridge.probes import video_metadata
+
+    model_dir = generic_checkpoints["cosmos3_edge"]
+    prompt = parity.prompt_text(AutoProcessor.from_pretrained(model_dir), parity.standard_cases(64)["video"])
+    frames = parity.test_video()
+    processor = build_processor(model_dir)
+    sampled = inspect_prompt(processor, prompt, {"video": (frames, video_metadata(len(frames)))})
+    (placed,) = inspect_prompt(processor, prompt, {"video": (frames, {**video_metadata(len(frames)), "do_sample_frames": False})}).items
+    assert placed.length == sampled.items[0].length
+
+
+def assert_refused_and_served_on(llm, processor, refusal: str, refused, served: list) -> None:
+    """`refused` is refused with `refusal` between requests of the clips `served`, each
+    answered, and the first answered as before it."""
+    from vllm import SamplingParams
+
+    prompt = parity.prompt_text(processor, parity.standard_cases(64)["audio"])
+    rate = processor.feature_extractor.sampling_rate
 
     def generate(clip):
         (out,) = llm.generate({"prompt": prompt, "multi_modal_data": {"audio": (clip, rate)}},
                               SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
         return out.outputs[0].token_ids
 
-    served = generate(one_second)
+    first = generate(served[0])
     with pytest.raises(ValueError, match=refusal):
-        generate(short)
-    assert len(generate(one_frame)) == 4
-    assert generate(one_second) == served
+        generate(refused)
+    assert all(len(generate(clip)) == 4 for clip in served[1:])
+    assert generate(served[0]) == first
 
 
 @pytest.mark.engine

@@ -210,8 +210,12 @@ def prompt_text(processor, case: Case) -> str:
     if tokens:
         try:
             _call(processor, tokens + case.text, case)
-        except Exception:  # noqa: BLE001 - the processor refuses its own token: it inserts items itself
-            return case.text
+        except Exception:  # noqa: BLE001 - its own token refused, or the media themselves
+            try:
+                _call(processor, case.text, case)
+            except Exception:  # noqa: BLE001 - the media (Phi-4's clip under one window): named where they are processed
+                return tokens + case.text
+            return case.text  # the processor refuses its own token: it inserts items itself
     return tokens + case.text
 
 
