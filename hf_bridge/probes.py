@@ -152,8 +152,11 @@ def video_metadata_asked(processor: Any, media: Mapping[str, Any], kwargs: Mappi
     """The processor argument asking its video processor for each video's metadata, where
     `media` holds videos it samples frames of: the processor's placeholder step may read it
     without asking itself (Cosmos3-Edge's and MUSE-Glimmer's `replace_video_token`; Qwen3-VL's
-    asks in its defaults). Nothing where the caller's `kwargs` already say."""
-    if "videos" not in media or not (needs_video_metadata(processor, kwargs) or needs_video_metadata(processor)) or {"return_metadata", "videos_kwargs"} & kwargs.keys():
+    asks in its defaults): as the call samples, or as the processor was saved to, where the
+    call sends frames sampled already (vLLM's loader and its profiling dummy say
+    `do_sample_frames: False`). Nothing where the caller's `kwargs` already say."""
+    samples = needs_video_metadata(processor, kwargs) or needs_video_metadata(processor)
+    if "videos" not in media or not samples or {"return_metadata", "videos_kwargs"} & kwargs.keys():
         return {}
     return {"videos_kwargs": {"return_metadata": True}}
 
