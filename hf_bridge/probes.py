@@ -441,6 +441,11 @@ class ProcessorProbe:
             )
         return self.placeholder_texts[modality]
 
+    def item_text(self, modality: str) -> str:
+        """What a prompt writes for one item: its placeholder, or nothing where the
+        processor inserts each item itself (Fuyu's, at the start)."""
+        return "" if self.frame(modality).inserts_item else self.placeholder_text(modality)
+
     def placeholder_ids(self, modality: str) -> list[int]:
         """`placeholder_text` as token ids (encoded once; every request looks for them)."""
         if modality not in self._placeholder_ids:
@@ -469,7 +474,7 @@ class ProcessorProbe:
     def probe(self, modality: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]):
         """Process one item alone; return the processor's output and its expansion."""
         prompt_frame = self.frame(modality)
-        text = "" if prompt_frame.inserts_item else self.placeholder_text(modality)
+        text = self.item_text(modality)
         probe_ids = self.tokenizer.encode(text)
         span = self._placeholder_span(modality, probe_ids, prompt_frame)
         out = self.call_one_item(text, item, hf_kwargs)
@@ -530,7 +535,7 @@ class ProcessorProbe:
 
         from .split import item_data_keys
 
-        text = "" if self.frame(modality).inserts_item else self.placeholder_text(modality)
+        text = self.item_text(modality)
         try:
             alone = self.call_one_item(text, self.blank(modality), self.default_kwargs)
             together = self.call_one_item(text * 2, self.blank(modality, 2), self.default_kwargs)

@@ -444,13 +444,13 @@ class HFBridgeDataParser(MonoClipParser, MetadataKeepingParser):
 
 
 class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
-    """Profiling prompts made of the same placeholder text real prompts hold."""
+    """Profiling prompts made of the same placeholder text real prompts hold: none for a
+    processor that inserts each item itself, which refuses a placeholder as a real prompt's
+    (vLLM profiles a GPU's start-up in every mode, a CPU's in compiled mode)."""
 
     def get_dummy_text(self, mm_counts: Mapping[str, int]) -> str:
         info: HFBridgeProcessingInfo = self.info  # type: ignore[assignment]
-        return "".join(
-            info.probes.placeholder_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts
-        )
+        return "".join(info.probes.item_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts)
 
 
 class HFBridgeMultiModalProcessor(MultiModalProcessor):

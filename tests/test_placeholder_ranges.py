@@ -110,3 +110,16 @@ def test_an_embedding_token_in_the_text_of_a_processor_that_inserts_its_images_i
                                          r"without it: FuyuProcessor inserts each image itself\.$"):
         inspect_prompt(processor, "Hello.|SPEAKER|\nWorld", {"image": image})
     assert inspect_prompt(processor, "Hello.\nWorld", {"image": image}).items
+
+
+@pytest.mark.parametrize("arch", ["fuyu", "mistral3"])
+def test_profiling_prompts_are_written_as_real_ones(arch, zoo):
+    """vLLM profiles start-up (a GPU's in every mode, a CPU's compiled) with a dummy prompt
+    of the most items a prompt may hold: written as a real prompt, with no placeholder
+    where the processor inserts each image itself (Fuyu's had one, refused as a user's
+    would be, so its engine could not start)."""
+    processor = build_processor(zoo(arch), limit_mm_per_prompt={"image": 2})
+    text = processor.dummy_inputs.get_dummy_text({"image": 2})
+    assert text == ("" if arch == "fuyu" else "[IMG]" * 2)
+    dummy = processor.get_dummy_mm_inputs({"image": 2})
+    assert len(dummy["mm_placeholders"]["image"]) == 2
