@@ -327,6 +327,32 @@ def experts_with_another_gated_mlp(root: torch.nn.Module) -> Iterator[Site]:
             yield parent, name, child
 
 
+def experts_looping_over_hits(sites: Iterable[Site]) -> list[Site]:
+    """The `sites` whose forward loops in Python, over the experts their tokens hit: a count
+    read from the data, which vLLM's full-graph compile cannot trace (Step-3.7's own
+    experts class; a list of experts, looped over by the block holding it). transformers'
+    experts implementations (`use_experts_implementation`) dispatch through its experts
+    interface instead, whose default under torch.compile is an op it registers, unless a
+    model is set to its "eager" loop. Experts computed without a loop (Llama 4's batched
+    matmuls) trace."""
+    looping = []
+    for parent, name, child in sites:
+        if isinstance(child, _CONTAINERS):
+            loops = _forward_loops(type(parent))
+        elif "get_interface" in getattr(getattr(type(child).forward, "__code__", None), "co_names", ()):
+            loops = getattr(getattr(child, "config", None), "_experts_implementation", None) == "eager"
+        else:
+            loops = _forward_loops(type(child))
+        if loops:
+            looping.append((parent, name, child))
+    return looping
+
+
+def _forward_loops(cls: type) -> bool:
+    tree = method_tree(cls)
+    return tree is not None and any(isinstance(node, (ast.For, ast.While)) for node in ast.walk(tree))
+
+
 WIDTH_ATTRIBUTE = "intermediate_dim"
 """Where transformers' experts (`use_experts_implementation`) keep their own width."""
 

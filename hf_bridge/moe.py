@@ -23,8 +23,10 @@ from vllm.platforms import current_platform
 from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
 
 from . import LOGGER_NAME, errors
-from .kept_modules import EXPERTS_NAME, WIDTH_ATTRIBUTE, Site, experts_modules, experts_of_another_width, experts_with_another_gated_mlp, experts_without_routing, kept_out
+from .kept_modules import (EXPERTS_NAME, WIDTH_ATTRIBUTE, Site, experts_looping_over_hits, experts_modules, experts_of_another_width,
+                           experts_with_another_gated_mlp, experts_without_routing, kept_out)
 from .routing import name_renormalization
+from .step_kwargs import keep_eager
 
 logger = init_logger(LOGGER_NAME)
 
@@ -114,6 +116,13 @@ class HFBridgeMoEMixin(MoEMixin):
             f"model.{name}." for name, module in self.model.named_modules()
             if getattr(module, "is_transposed", False) and id(module) not in kept_ids
         )
+        looping = experts_looping_over_hits(kept)
+        if looping:
+            for module in self.model.modules():
+                if keep_eager(module):
+                    logger.info("hf_bridge runs %s eagerly: transformers' %s, kept, loop over the experts their tokens "
+                                "hit, a count vLLM's full-graph compile cannot trace", type(module).__name__,
+                                type(looping[0][2]).__name__)
         with kept_out(kept), experts_width_read(self.text_config, width):
             super().recursive_replace()
 

@@ -364,6 +364,27 @@ def test_experts_by_modality_in_compiled_mode(generic_checkpoints, engines):
 
 
 @pytest.mark.engine
+def test_experts_looping_over_their_hits_in_compiled_mode(generic_checkpoints, engines):
+    """Step-3.7's experts clamp their gate, so they stay transformers' module, whose
+    forward loops over the experts its tokens hit: vLLM's full-graph compile could not
+    trace that count, and the engine did not start in vLLM's default mode (`Could not
+    extract specialized integer from data-dependent expression`). Its decoder now runs
+    eagerly there, and keeps parity."""
+    from transformers import AutoProcessor
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts
+
+    model_dir = generic_checkpoints["step3p7"]
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2}, enforce_eager=False)
+    model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    assert any(isinstance(m, Step3p7Experts) for m in model.modules())
+    decorated = [m for m in model.modules() if hasattr(m, "do_not_compile")]  # vLLM's decorator's own switch
+    assert decorated and all(m.do_not_compile is True for m in decorated)
+    assert llm.llm_engine.vllm_config.model_config.enforce_eager is False
+    assert_standard_cases_keep_parity(llm, processor, model_dir, ("two_images", "text_only"))
+
+
+@pytest.mark.engine
 def test_media_ranges_and_shared_keys_in_compiled_mode(generic_checkpoints, engines):
     """Gemma 3n embeds the ids of its media ranges (an item's end marker, its soft token)
     through its image and audio embedders, and gives them id 0's per-layer embedding: the
