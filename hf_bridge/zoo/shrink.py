@@ -271,8 +271,14 @@ def _ovis2(config, tokenizer) -> None:
 GRANITE4_VISION_DOWNSAMPLE = "1/2"
 """Queries over window side of its Q-Former projectors: 2x2 patches to one, as its four
 spatial-offset projectors take them."""
-GRANITE4_VISION_PINPOINTS = [[224, 448], [448, 224], [448, 448]]
-"""Tile layouts in its tower's 224 px tiles (its default names 336 px multiples)."""
+PINPOINTS_224 = [[224, 448], [448, 224], [448, 448]]
+"""Tile layouts in 224 px tiles, for an any-resolution processor whose default tile is
+224 px but whose default layouts (and its config's) are 336 px multiples: Granite 4
+Vision's, LLaVA-NeXT-Video's, whose images transformers could not then pack."""
+
+
+def _pinpoints_224(config, tokenizer) -> None:
+    config.image_grid_pinpoints = PINPOINTS_224
 
 
 def _granite4_vision(config, tokenizer) -> None:
@@ -282,7 +288,7 @@ def _granite4_vision(config, tokenizer) -> None:
     checkpoints do. Its SigLIP tower has no class token to drop ("full" features)."""
     config.downsample_rate = GRANITE4_VISION_DOWNSAMPLE
     config.vision_feature_select_strategy = "full"
-    config.image_grid_pinpoints = GRANITE4_VISION_PINPOINTS
+    _pinpoints_224(config, tokenizer)
     config.text_config.num_hidden_layers = 6
     config.deepstack_layer_map = [(-1, 0), (1, 1)]
     config.spatial_target_layers = [2, 3, 4, 5]
@@ -409,8 +415,11 @@ RECIPE_OVERRIDES: dict[str, Override] = {
     "paddleocr_vl": Override(tokens=("<|IMAGE_START|>", "<|IMAGE_END|>"),
                              chat_placeholders={"image": "<|IMAGE_START|>{image_token}<|IMAGE_END|>"}),
     **dict.fromkeys(("glm4v", "glm4v_moe", "glm46v"), GLM4V_CHAT),
+    # its CLIP tower's class token, which the processor's default (0) leaves out of each tile's count
+    "llava_next_video": Override(sub_processors={"image_processor": dict(image_grid_pinpoints=PINPOINTS_224)},
+                                 processor=dict(num_additional_image_tokens=1), configure=_pinpoints_224),
     "granite4_vision": Override(
-        sub_processors={"image_processor": dict(image_grid_pinpoints=GRANITE4_VISION_PINPOINTS)},
+        sub_processors={"image_processor": dict(image_grid_pinpoints=PINPOINTS_224)},
         processor=dict(downsample_rate=GRANITE4_VISION_DOWNSAMPLE, vision_feature_select_strategy="full"),
         configure=_granite4_vision,
         # six levels added into the decoder: at 0.25 its float32 prompt log-probs sat 1.1e-3 from
