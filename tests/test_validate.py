@@ -287,6 +287,19 @@ def test_validate_checks_the_model_sharded_over_two_tensor_parallel_workers(zoo,
     assert verdicts["decoding"]["detail"] == "over 2 tensor-parallel workers"
 
 
+@pytest.mark.engine
+def test_validate_checks_the_model_in_vllms_default_compiled_mode(zoo, tmp_path):
+    """`--compiled`, as `vllm serve` runs a model unless told to be eager: every stage
+    passes, the rows taken ahead of the compiled decoder, and the verdict says so from the
+    engine's own config (an engine left eager would not)."""
+    done, report = _validate(zoo("llava"), tmp_path, "--cases", "one_image", "--compiled")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    verdicts = {v["stage"]: v for v in report["verdicts"]}
+    assert {stage: v["outcome"] for stage, v in verdicts.items()} == {stage: PASS for stage in stages.STAGES}
+    assert verdicts["decoding"]["detail"] == "compiled"
+    assert verdicts["encoder"]["detail"].startswith("16 rows x 64")
+
+
 def test_workers_on_a_cpu_get_their_share_of_the_cores(monkeypatch):
     """vLLM's own CPU binding gives each worker a NUMA node, and refuses a one-node machine."""
     from hf_bridge.validate.engine import cpu_environment

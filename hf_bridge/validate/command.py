@@ -144,16 +144,17 @@ def processor_kwargs_json(kwargs: object) -> str:
 @dataclasses.dataclass(frozen=True)
 class EngineCheck:
     """How an engine runs and its decoding is judged: in `dtype`, against transformers in
-    the same dtype, over `tensor_parallel_size` workers. In float32 by strict parity, or
-    with `lenient` by vLLM's own tests' rule, and with `exact_reference` also measured
-    against transformers in float64; in bfloat16, where 1e-3 is out of reach, by
-    `parity.compare_bfloat16`, whose scale is transformers' own bfloat16 rounding (its
-    distance from its float32 result)."""
+    the same dtype, over `tensor_parallel_size` workers, eagerly unless `compiled` (vLLM's
+    default mode). In float32 by strict parity, or with `lenient` by vLLM's own tests'
+    rule, and with `exact_reference` also measured against transformers in float64; in
+    bfloat16, where 1e-3 is out of reach, by `parity.compare_bfloat16`, whose scale is
+    transformers' own bfloat16 rounding (its distance from its float32 result)."""
 
     dtype: str = "float32"
     lenient: bool = False
     exact_reference: bool = False
     tensor_parallel_size: int = 1
+    compiled: bool = False
 
     def __post_init__(self):
         if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
@@ -290,6 +291,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             model_impl=IMPLS[impl][0],
             dtype=check.dtype,
             tensor_parallel_size=check.tensor_parallel_size,
+            enforce_eager=not check.compiled,
             limit_mm_per_prompt=limits,
             enable_prefix_caching=False,  # every case's rows pass through the encoder and the capture
         )
@@ -313,12 +315,13 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
         elif "encoder" in stage_names:
             emit(Verdict(impl, case.name, "encoder", NOT_APPLICABLE, ROWS_IN_FLOAT32_ONLY if case.media_counts else NO_MEDIA))
         if "decoding" in stage_names:
-            workers = llm.llm_engine.vllm_config.parallel_config.tensor_parallel_size  # as the engine itself reports it
-            emit(_decoding_verdict(impl, model_dir, case, check, reference, other_result, got, raised, hf_processor, workers))
+            config = llm.llm_engine.vllm_config  # the engine's own account of how it ran
+            emit(_decoding_verdict(impl, model_dir, case, check, reference, other_result, got, raised, hf_processor,
+                                   config.parallel_config.tensor_parallel_size, not config.model_config.enforce_eager))
 
 
 def _decoding_verdict(impl: str, model_dir: str, case, check: EngineCheck, reference, other_result, got, raised: str | None,
-                      hf_processor, workers: int) -> Verdict:
+                      hf_processor, workers: int, compiled: bool = False) -> Verdict:
     """`got` (None where the engine `raised`) against transformers' `reference` in the
     check's dtype: strict parity (prompt ids, greedy tokens, log-probs within 1e-3),
     `check.lenient`: vLLM's own tests' rule (`parity.compare_lenient`), in bfloat16
@@ -353,6 +356,8 @@ def _decoding_verdict(impl: str, model_dir: str, case, check: EngineCheck, refer
         detail = "; ".join(filter(None, [detail, stages.rounding_diagnosis(reference, other_result, got, bool(problems))]))
     if workers > 1:
         detail = "; ".join(filter(None, [f"over {workers} tensor-parallel workers", detail]))
+    if compiled:
+        detail = "; ".join(filter(None, ["compiled", detail]))
     return Verdict(impl, case.name, "decoding", FAIL if problems else PASS, detail)
 
 
@@ -477,6 +482,7 @@ def run(
     dtype: str = "float32",
     tensor_parallel_size: int = 1,
     max_tokens: int | None = None,
+    compiled: bool = False,
 ) -> Report:
     """Validate checkpoint directory `model` against transformers, as `hf-bridge validate`
     does, and return the report (it shows itself in a notebook). The cases are those of
@@ -485,7 +491,8 @@ def run(
     from it; `dtype="bfloat16"` runs the engine and transformers in bfloat16, as vLLM
     serves most checkpoints, and judges decoding by `parity.compare_bfloat16` (the encoder
     stage compares rows in float32 only); `tensor_parallel_size` shards the engine over that
-    many workers (vLLM's flag), as it will serve; `max_tokens` greedy tokens are generated
+    many workers (vLLM's flag), as it will serve; `compiled` runs the engine in vLLM's
+    default compiled mode instead of eagerly; `max_tokens` greedy tokens are generated
     and compared per case (8 by default); `mm_processor_kwargs` go to both processors in every case (as vLLM's
     `mm_processor_kwargs` per request), except cases of `cases_file` that set their own;
     `trust_remote_code` runs a checkpoint's own code, in every process, as transformers'
@@ -505,7 +512,7 @@ def run(
     if unknown:
         raise SystemExit(f"hf-bridge validate: unknown stage(s) {', '.join(unknown)}; stages are {', '.join(stages.STAGES)}")
     try:
-        check = EngineCheck(dtype, lenient, exact_reference, tensor_parallel_size)
+        check = EngineCheck(dtype, lenient, exact_reference, tensor_parallel_size, compiled)
     except ValueError as error:
         raise SystemExit(f"hf-bridge validate: {error}") from None
     with remote_code_trusted(trust_remote_code), tempfile.TemporaryDirectory() as scratch:
@@ -595,7 +602,7 @@ def validate(args: argparse.Namespace) -> int:
     report = run(
         args.model, args.impl, args.stages.split(","), args.cases.split(",") if args.cases else None, args.prompt,
         args.image or (), args.video or (), args.cases_file, args.lenient, args.exact_reference, args.mm_processor_kwargs,
-        args.trust_remote_code, args.audio or (), args.dtype, args.tensor_parallel_size, args.max_tokens,
+        args.trust_remote_code, args.audio or (), args.dtype, args.tensor_parallel_size, args.max_tokens, args.compiled,
     )
     print(report)
     if args.json:
@@ -670,6 +677,12 @@ def add_parser(sub) -> None:
         "--tensor-parallel-size", type=int, default=1, metavar="N",
         help="shard the engine over N workers, as vLLM's flag of that name does, to check the model as it will be "
         "served; on a CPU without VLLM_CPU_OMP_THREADS_BIND, each worker is bound to its share of this process's cores",
+    )
+    v.add_argument(
+        "--compiled", action="store_true",
+        help="run the engine in vLLM's default compiled mode, as `vllm serve` does unless told --enforce-eager: its "
+        "compile decorator traces the decoder, and on a CPU its start-up profiles with dummy media, which eager "
+        "start-up there skips. Slower to start",
     )
     v.add_argument("--json", help="also write the verdicts as JSON here")
     v.add_argument("--html", help="also write a self-contained HTML page here: the verdicts, each case's images and its prompt's tokens as placed")
