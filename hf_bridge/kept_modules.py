@@ -340,6 +340,7 @@ def experts_looping_over_hits(sites: Iterable[Site]) -> list[Site]:
         if isinstance(child, _CONTAINERS):
             loops = _forward_loops(type(parent))
         elif "get_interface" in getattr(getattr(type(child).forward, "__code__", None), "co_names", ()):
+            # the forward `use_experts_implementation` writes, which picks by the config's name
             loops = getattr(getattr(child, "config", None), "_experts_implementation", None) == "eager"
         else:
             loops = _forward_loops(type(child))
