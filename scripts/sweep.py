@@ -7,6 +7,8 @@ and vLLM's native model.
     .venv/bin/python scripts/sweep.py                      # all types -> COVERAGE.md (about an hour)
     .venv/bin/python scripts/sweep.py --types glm4v,emu3   # re-run some types, keep the others
     .venv/bin/python scripts/sweep.py --render sweep.jsonl # table from earlier results
+    .venv/bin/python scripts/sweep.py --update COVERAGE.md --types qwen2_5_vl --cases video
+                                    # re-run some cells of a committed table, keep its others
     .venv/bin/python scripts/sweep.py --compiled --out COVERAGE_COMPILED.md
                                     # hf_bridge alone in vLLM's default compiled mode (the
                                     # sweep above runs eagerly, as `hf-bridge validate` does)
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -149,6 +152,7 @@ def build(model_type: str, cache: Path) -> tuple[Path, int, list[str]]:
     best = min(tried, key=lambda s: len(tried[s]))
     if best != seed:
         subprocess.run([sys.executable, "-c", code, model_type, str(directory), str(best)], check=True, capture_output=True, timeout=600)
+    print(f"{model_type}: seed {best}" + (f", unfit: {', '.join(tried[best])}" if tried[best] else ""), file=sys.stderr, flush=True)
     return directory, 64, cases
 
 
@@ -174,7 +178,7 @@ def unfit_cases(model_dir: Path, cases: list[str]) -> list[str]:
             and (parity.is_degenerate(r.tokens) or parity.generated_placeholders(r.tokens, processor) or p)]
 
 
-def sweep_type(model_type: str, cache: Path, results: Path, impls: dict[str, dict]) -> None:
+def sweep_type(model_type: str, cache: Path, results: Path, impls: dict[str, dict], only: set[str] | None = None) -> None:
     def record(impl: str, case: str, outcome: str, detail: str = "") -> None:
         entry = {"type": model_type, "impl": impl, "case": case, "outcome": outcome, "detail": detail}
         with results.open("a") as f:
@@ -191,6 +195,9 @@ def sweep_type(model_type: str, cache: Path, results: Path, impls: dict[str, dic
     except Exception as exc:  # noqa: BLE001 - recorded with its cause
         for impl in impls:
             record(impl, "*", "not built", f"{type(exc).__name__}: {_line(exc)}")
+        return
+    cases = [c for c in cases if only is None or c in only]
+    if not cases:
         return
     for impl, env in impls.items():
         cmd = [sys.executable, __file__, "--worker", impl, str(model_dir), ",".join(cases), str(side)]
@@ -234,8 +241,9 @@ def render(results: Path) -> str:
             "model (`model_impl=\"vllm\"`), each against transformers. Every non-pass carries its cause.",
         ]
     lines += ["", "| type | case | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
-    # by type, so a re-run type (its results appended last) keeps its place; cases in run order
-    rows = dict(sorted(rows.items(), key=lambda row: row[0][0]))
+    # by type, so a re-run type (its results appended last) keeps its place; cases as the sweep runs them
+    order = list(CASES)
+    rows = dict(sorted(rows.items(), key=lambda row: (row[0][0], order.index(row[0][1]) if row[0][1] in order else -1)))
     for (model_type, case), impls in rows.items():
         lines.append(f"| {model_type} | {case} | " + " | ".join(_cell(impls.get(i)) for i in columns) + " |")
     passing = {}
@@ -261,11 +269,35 @@ def _cell(entry: dict | None) -> str:
     return f"**{entry['outcome']}**: {detail}" if detail else f"**{entry['outcome']}**"
 
 
-def _forget(results: Path, types: list[str]) -> None:
-    """Drop earlier results of `types`; the other types' stay (a partial re-run updates them)."""
+def read_table(table: Path) -> list[dict]:
+    """The results a table `render` wrote holds, cell by cell (causes as the table shortened
+    them): so that a re-run of some of its cells (`--update`) renders the rest unchanged."""
+    lines = table.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| type | case |"))
+    impls = [cell.strip() for cell in lines[header].strip("|").split("|")][2:]
+    entries = []
+    for line in lines[header + 2:]:
+        if not line.startswith("| "):
+            break
+        model_type, case, *cells = (c.replace("\\|", "|") for c in re.split(r"(?<!\\) \| ", line[2:-2]))
+        for impl, cell in zip(impls, cells):
+            if cell == "-":
+                continue
+            outcome, _, detail = cell.partition(": ") if cell.startswith("**") else (cell, "", "")
+            entries.append({"type": model_type, "impl": impl, "case": case, "outcome": outcome.strip("*"), "detail": detail})
+    return entries
+
+
+def _forget(results: Path, types: list[str], cases: set[str] | None = None) -> None:
+    """Drop earlier results of `types` (of their `cases` only, where given; a type that was
+    not built, its `*` row, too); the others stay (a partial re-run updates them)."""
     if not results.exists():
         return
-    kept = [l for l in results.read_text().splitlines() if json.loads(l)["type"] not in types]
+
+    def forgotten(entry: dict) -> bool:
+        return entry["type"] in types and (cases is None or entry["case"] in cases or entry["case"] == "*")
+
+    kept = [l for l in results.read_text().splitlines() if not forgotten(json.loads(l))]
     results.write_text("".join(f"{l}\n" for l in kept))
 
 
@@ -275,6 +307,9 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true", help="hf_bridge alone, in vLLM's default compiled mode")
     parser.add_argument("--results", type=Path, help="default: sweep.jsonl (sweep_compiled.jsonl with --compiled)")
     parser.add_argument("--out", type=Path, help="write the table here (COVERAGE.md for the full sweep)")
+    parser.add_argument("--cases", help="comma-separated cases to re-run (default: each type's every case)")
+    parser.add_argument("--update", type=Path, metavar="TABLE",
+                        help="start from this committed table's cells and write it back, re-run cells replaced")
     parser.add_argument("--render", type=Path, help="only render the table from these results")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "hf_bridge" / "sweep")
     parser.add_argument("--worker", nargs=4, metavar=("IMPL", "MODEL_DIR", "CASES", "SIDE"), help=argparse.SUPPRESS)
@@ -285,12 +320,16 @@ def main() -> None:
         return
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     args.results = args.results or ROOT / ("sweep_compiled.jsonl" if args.compiled else "sweep.jsonl")
+    if args.update:
+        args.out = args.update
+        args.results.write_text("".join(json.dumps(entry) + "\n" for entry in read_table(args.update)))
     if args.render is None:
         types = args.types.split(",") if args.types else candidate_types()
-        _forget(args.results, types)
+        cases = set(args.cases.split(",")) if args.cases else None
+        _forget(args.results, types, cases)
         for model_type in types:
             started = time.monotonic()
-            sweep_type(model_type, args.cache, args.results, COMPILED_IMPLS if args.compiled else IMPLS)
+            sweep_type(model_type, args.cache, args.results, COMPILED_IMPLS if args.compiled else IMPLS, cases)
             print(f"{model_type}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     text = render(args.render or args.results)
     if args.out:
