@@ -170,6 +170,28 @@ def without_asked_metadata(output: Any, kwargs: Mapping[str, object]) -> Any:
     return output
 
 
+def call_reading_one_videos_metadata(call: Callable[[dict[str, Any]], Any], media: dict[str, Any]) -> Any:
+    """`call(media)`; where the processor fails reading one video's metadata given as a list
+    of one dict (an `AttributeError` or `TypeError`, which vLLM's call wraps in a
+    `ValueError`), `call` with it as transformers' `VideoMetadata`, the layout
+    Nemotron-H-Omni's processor reads (`video_metadata.fps`), as transformers'
+    `VideoMetadataType` allows. The first error where that fails too."""
+    try:
+        return call(media)
+    except Exception as exc:
+        metadata = media.get("video_metadata")
+        misread = (AttributeError, TypeError)
+        if not (isinstance(exc, misread) or isinstance(exc.__cause__, misread)) or not (
+                isinstance(metadata, list) and len(metadata) == 1 and isinstance(metadata[0], Mapping)):
+            raise
+        from transformers.video_utils import VideoMetadata
+
+        try:
+            return call({**media, "video_metadata": VideoMetadata(**metadata[0])})
+        except Exception:  # noqa: BLE001 - the list's error is the one to report
+            raise exc  # noqa: B904
+
+
 def video_metadata(num_frames: int, fps: float = VIDEO_FPS) -> dict[str, Any]:
     """A video's metadata as vLLM's loader reports it for every frame of a video of
     `fps` frames a second (a blank or test video claims `VIDEO_FPS`; a file whose rate
@@ -637,7 +659,8 @@ class ProcessorProbe:
         asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, merged)}
         hf_kwargs = {k: v for k, v in hf_kwargs.items() if k not in asked}
         try:
-            return without_asked_metadata(self.call({"text": text, **item, **asked}, hf_kwargs), merged)
+            flat = call_reading_one_videos_metadata(lambda media: self.call({"text": text, **media, **asked}, hf_kwargs), dict(item))
+            return without_asked_metadata(flat, merged)
         except ValueError as flat_error:
             nested = {"text": [text], **{k: [v] for k, v in item.items()}, **asked}
             try:

@@ -558,16 +558,15 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             _DUMMY_REQUEST.reset(token)
 
     def _get_hf_mm_inputs(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]):
-        """vLLM's, with each video's metadata also where the call asks for frame sampling
-        though the processor was saved not to, and no sampling of frames vLLM's loader
-        sampled already (`video_metadata.py`)."""
+        """vLLM's, with each video's metadata also where the processor was saved not to
+        sample frames, and no sampling of frames vLLM's loader sampled already
+        (`video_metadata.py`)."""
         hf_inputs = super()._get_hf_mm_inputs(mm_items, hf_kwargs)
         if "videos" not in hf_inputs.hf_data:
             return hf_inputs
-        sampled = needs_video_metadata(self.info.probes.processor, self.info.ctx.get_merged_mm_kwargs(hf_inputs.hf_kwargs))
         if not self.info._video_needs_metadata:  # else vLLM's backend passed the metadata on
-            hf_inputs = with_video_metadata(hf_inputs, sampled)
-        if sampled:
+            hf_inputs = with_video_metadata(hf_inputs)
+        if needs_video_metadata(self.info.probes.processor, self.info.ctx.get_merged_mm_kwargs(hf_inputs.hf_kwargs)):
             refuse_sampling_a_part(hf_inputs.hf_data)
         return hf_inputs
 

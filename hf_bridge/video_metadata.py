@@ -2,12 +2,16 @@
 
 vLLM's parser keeps a video's metadata, and vLLM's Transformers backend hands it to the HF
 processor, only where the processor was saved to sample frames (`_video_needs_metadata`).
+Elsewhere vLLM drops it, yet processors read it without sampling too: the timestamps
+SmolVLM, VideoLLaMA3, MiniMax-M3-VL and Nemotron-H-Omni write into the prompt, Qwen2.5-VL's
+`second_per_grid_ts` (its temporal positions). Without it each falls back to a frame rate
+of its own (24 fps, or 1), so a served video of which vLLM's loader kept 32 frames was
+timed as if its frames were consecutive at that rate. Here the parser keeps the metadata
+whenever given, so that it also keys the processor cache, and it reaches the processor
+whenever every video of the request has it, as transformers' own video loading hands it.
 A request may ask for sampling itself (`mm_processor_kwargs={"do_sample_frames": True,
-"fps": 1}`): the processor then needs the metadata too, and refused the request without it.
-Here the parser keeps it whenever given, so that it also keys the processor cache, and it
-reaches the processor wherever the call samples frames (`probes.needs_video_metadata`), as
-transformers is called; elsewhere it stays out, as before. (The engine's kwargs asking for
-sampling count as a saved setting: `HFBridgeProcessingInfo._video_needs_metadata`.)
+"fps": 1}`), which needs it (the engine's kwargs asking for sampling count as a saved
+setting: `HFBridgeProcessingInfo._video_needs_metadata`).
 
 A served video holds at most the frames vLLM's loader kept, while its metadata counts the
 whole video's: a call that samples them again is refused (`refuse_sampling_a_part`).
@@ -38,15 +42,15 @@ class MetadataKeepingParser(DictEmbeddingParser):
         return VideoProcessorItems(kept, metadata=items.metadata)
 
 
-def with_video_metadata(hf_inputs: HFMultiModalInputs, sampled: bool) -> HFMultiModalInputs:
-    """`hf_inputs` with the kept pairs split into frames and, where the call samples frames
-    (`sampled`) and every video came with its metadata, the `video_metadata` the processor
-    takes. Without it the processor decides, as before: sampling to a number of frames needs
-    none, and sampling by time is refused, with the processor's own error and the fix
+def with_video_metadata(hf_inputs: HFMultiModalInputs) -> HFMultiModalInputs:
+    """`hf_inputs` with the kept pairs split into frames and, where every video came with
+    its metadata, the `video_metadata` the processor takes. Without it the processor
+    decides, as transformers does: sampling to a number of frames needs none, and sampling
+    by time is refused, with the processor's own error and the fix
     (`errors.video_sampled_without_metadata`)."""
     pairs = [video if isinstance(video, tuple) else (video, None) for video in hf_inputs.hf_data["videos"]]
     hf_inputs.hf_data["videos"] = [frames for frames, _ in pairs]
-    if sampled and all(metadata is not None for _, metadata in pairs):
+    if all(metadata is not None for _, metadata in pairs):
         hf_inputs.hf_data["video_metadata"] = [
             {k: v for k, v in metadata.items() if k != SAMPLING_FLAG} for _, metadata in pairs
         ]

@@ -18,11 +18,26 @@ HELPER = Path(__file__).parent / "helpers" / "hf_features.py"
 SIDE = 64
 
 
+def the_case(name: str) -> parity.Case:
+    """The standard case, its video claiming 4 fps: Qwen2.5-VL's timing is then 0.5 s per grid
+    step, where the standard 2 fps gives 1.0, the value `get_rope_index` takes without one,
+    which would hide a dropped timing."""
+    standard = parity.standard_cases(SIDE)[name]
+    if not standard.num_videos:
+        return standard
+    from hf_bridge.probes import video_metadata
+    from hf_bridge.validate.media_in_memory import video_file
+
+    frames = parity.test_video()
+    return parity.Case.from_files(name, standard.text, videos=[video_file((frames, video_metadata(len(frames), fps=4.0)))])
+
+
 def hf_features(model_dir, case: str, modality: str, tmp_path) -> dict:
     import torch
 
     out = tmp_path / f"{case}-{modality}.pt"
-    done = subprocess.run([sys.executable, str(HELPER), str(model_dir), str(SIDE), case, modality, str(out)],
+    given = the_case(case)
+    done = subprocess.run([sys.executable, str(HELPER), str(model_dir), str(SIDE), given.key(), modality, str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out)
@@ -50,7 +65,7 @@ def test_embeddings_give_the_tokens_of_pixels(zoo, engines, tmp_path, model, cas
     saved = hf_features(model_dir, case, modality, tmp_path)
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1}, enable_mm_embeds=True)
-    pixels, embedded = requests(processor, parity.standard_cases(SIDE)[case], modality, saved)
+    pixels, embedded = requests(processor, the_case(case), modality, saved)
     (from_pixels,) = llm.generate([pixels], parity.sampling_params(), use_tqdm=False)
     (from_rows,) = llm.generate([embedded], parity.sampling_params(), use_tqdm=False)
     a, b = parity.result_from_output(from_pixels), parity.result_from_output(from_rows)
@@ -68,7 +83,7 @@ def test_embeddings_that_do_not_fit_are_refused_and_the_engine_serves_on(zoo, en
     saved = hf_features(model_dir, "two_images", "image", tmp_path)
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1}, enable_mm_embeds=True)
-    pixels, _ = requests(processor, parity.standard_cases(SIDE)["two_images"], "image", saved)
+    pixels, _ = requests(processor, the_case("two_images"), "image", saved)
     prompt = pixels["prompt"]
     rows, grid = saved["rows"], saved["metadata"]["image_grid_thw"]
 
@@ -107,7 +122,7 @@ def test_a_video_embedding_needs_its_timing(zoo, engines, tmp_path):
     timing = saved["metadata"]["second_per_grid_ts"]
     processor = AutoProcessor.from_pretrained(model_dir)
     llm = engines.get(model_dir, limit_mm_per_prompt={"image": 2, "video": 1}, enable_mm_embeds=True)
-    pixels, _ = requests(processor, parity.standard_cases(SIDE)["video"], "video", saved)
+    pixels, _ = requests(processor, the_case("video"), "video", saved)
     untimed = {"video_embeds": saved["rows"], "video_grid_thw": saved["metadata"]["video_grid_thw"]}
 
     def generate(video):
@@ -120,7 +135,7 @@ def test_a_video_embedding_needs_its_timing(zoo, engines, tmp_path):
     # the timing reaches the positions: get_rope_index's default (1.0, what a dropped field
     # would give) moves them away from the pixels', so the parity case above would catch a drop
     (seconds,) = torch.as_tensor(timing).tolist()
-    assert seconds != 1.0
+    assert seconds == 0.5  # 2 frames per grid step at 4 fps (`the_case`)
     (from_pixels,) = llm.generate([pixels], parity.sampling_params(), use_tqdm=False)
     defaulted = generate({**untimed, "second_per_grid_ts": [1.0]})
     assert parity.compare(parity.result_from_output(from_pixels), defaulted) != []

@@ -221,7 +221,9 @@ def test_nemotron_h_omni_video_typed_as_image_is_encoded_as_video(generic_checkp
     (`features.encoding_modality`). hf_bridge called `get_image_features` on them, which
     raised in the worker and stopped the engine. transformers' own forward cannot place
     video rows (it `torch.cat`s a tensor), so the reference is its model on the prompt
-    with `get_video_features`' rows at the video's feature tokens."""
+    with `get_video_features`' rows at the video's feature tokens. Its processor times the
+    frames by the video's metadata, which it reads as one `VideoMetadata`, not the list
+    transformers documents (`probes.call_reading_one_videos_metadata`)."""
     import torch
     from transformers import AutoProcessor
 
@@ -230,6 +232,7 @@ def test_nemotron_h_omni_video_typed_as_image_is_encoded_as_video(generic_checkp
     video = parity.standard_cases(64)["video"]
     model = parity.load_generation_model(model_dir)
     inputs = parity.model_inputs(model, processor, video)
+    assert "Frame 1 sampled at 0.00 seconds and frame 2 sampled at 0.50 seconds" in processor.decode(inputs["input_ids"][0])
     with torch.no_grad(), pytest.raises(TypeError, match=r"cat\(\): argument 'tensors' .* must be tuple of Tensors, not Tensor"):
         model(**inputs)
     with torch.no_grad():

@@ -1,5 +1,6 @@
-"""A video's metadata reaches the HF processor wherever the call samples frames, also when a
-request asks for sampling of a processor saved not to (`video_metadata.py`)."""
+"""A video's metadata reaches the HF processor wherever it is given: where the call samples
+frames, also when a request asks for sampling of a processor saved not to, and where the
+processor only times the frames by it (`video_metadata.py`)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_sampling_asked_per_request_processes_each_video_as_transformers_does(qw
     assert every_frame.items[0].data["video.video_grid_thw"].tolist() == [[2, 8, 8]]  # 4 frames, not sampled
 
 
-def test_metadata_given_without_sampling_asked_stays_out_of_the_processor(qwen2_vl):
+def test_metadata_a_processor_does_not_read_changes_nothing(qwen2_vl):
     prompt = parity.prompt_text(qwen2_vl.info.get_hf_processor(), CASE)
     frames_alone = inspect_prompt(qwen2_vl, prompt, {"video": VIDEO})
     with_metadata = inspect_prompt(qwen2_vl, prompt, {"video": (VIDEO, {**video_metadata(len(VIDEO)), "fps": 0.5})})
@@ -96,6 +97,49 @@ def test_a_served_video_is_sampled_by_its_loaded_metadata(qwen2_vl):
     reference = hf_processor(text=[prompt], videos=[frames], video_metadata=[as_given], **SAMPLED, return_tensors="pt")
     assert view.prompt_ids == reference["input_ids"][0].tolist()
     assert view.items[0].data["video.video_grid_thw"].tolist() == reference["video_grid_thw"].tolist() == [[2, 8, 8]]
+
+
+def _served_as_transformers_times_it(processor, prompt: str, served) -> tuple:
+    """What hf_bridge makes of a served video, and what transformers makes of its frames with
+    their metadata, and without (timed by the processor's own fallback frame rate)."""
+    hf_processor = processor.info.get_hf_processor()
+    frames, metadata = served.media
+    as_given = {k: v for k, v in metadata.items() if k != "do_sample_frames"}  # the loader's flag, not metadata
+    timed = hf_processor(text=[prompt], videos=[frames], video_metadata=[as_given], return_tensors="pt")
+    untimed = hf_processor(text=[prompt], videos=[frames], return_tensors="pt")
+    return inspect_prompt(processor, prompt, {"video": [served]}), timed, untimed
+
+
+def test_a_served_video_is_timed_by_its_metadata_where_the_processor_reads_it_without_sampling(zoo):
+    """Qwen2.5-VL is saved not to sample frames, so vLLM drops a video's metadata, yet its
+    processor times each grid step by it (`second_per_grid_ts`, its M-RoPE's temporal
+    positions). vLLM's loader kept 4 of the video's 8 frames at 2 fps, 1 frame a second:
+    2 frames per grid step are 2 s apart, where the processor's fallback, 24 fps, had
+    timed them 1/12 s apart."""
+    processor = build_processor(zoo("qwen2_5_vl"))
+    assert not processor.info._video_needs_metadata  # vLLM's backend hands it no metadata
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), CASE)
+    served = _served(parity.test_video(num_frames=8), num_frames=4)
+    assert len(served.media[0]) == 4 and served.media[1]["total_num_frames"] == 8 and served.media[1]["fps"] == 2.0
+    view, timed, untimed = _served_as_transformers_times_it(processor, prompt, served)
+    assert view.prompt_ids == timed["input_ids"][0].tolist()
+    assert view.items[0].data["video.second_per_grid_ts"].tolist() == timed["second_per_grid_ts"].tolist() == [2.0]
+    assert untimed["second_per_grid_ts"].tolist() == pytest.approx([2 / 24])
+
+
+def test_a_served_videos_timestamps_in_the_prompt_are_its_frames_own(generic):
+    """VideoLLaMA3's processor writes each frame's time into the prompt from the metadata,
+    falling back to 1 fps without it. vLLM's loader kept frames 0, 2, 4 and 7 of a 2 fps
+    video: they are at 0, 1, 2 and 3.5 s, as transformers times them with the same
+    metadata, where the fallback had them at 0, 1, 2 and 3 s."""
+    model_dir = generic("video_llama_3")
+    processor = build_processor(model_dir)
+    assert not processor.info._video_needs_metadata
+    prompt = parity.prompt_text(processor.info.get_hf_processor(), CASE)
+    view, timed, untimed = _served_as_transformers_times_it(processor, prompt, _served(parity.test_video(num_frames=8), num_frames=4))
+    assert view.prompt_ids == timed["input_ids"][0].tolist() != untimed["input_ids"][0].tolist()
+    tokenizer = processor.info.get_tokenizer()
+    assert "Time 3.5s:" in tokenizer.decode(view.prompt_ids) and "Time 3.0s:" in tokenizer.decode(untimed["input_ids"][0])
 
 
 def test_sampling_frames_the_loader_sampled_already_is_refused_with_the_fix(qwen2_vl):

@@ -25,6 +25,7 @@ from ..probes import (
     DEFAULT_SAMPLING_RATE,
     MODALITIES,
     audio_sampling_rate,
+    call_reading_one_videos_metadata,
     needs_video_metadata,
     video_metadata,
     video_metadata_asked,
@@ -107,8 +108,8 @@ class Case:
         return [frames for frames, _ in self.videos_with_metadata()]
 
     def videos_with_metadata(self) -> list[tuple[np.ndarray, dict[str, Any]]]:
-        """Each video's frames and its metadata (a file's own frame rate), for a processor
-        that samples frames: both sides get the same."""
+        """Each video's frames and its metadata (a file's own frame rate), which processors
+        read to sample frames and to time them: both sides get the same."""
         if self.video_files:
             return [read_video_file(path) for path in self.video_files]
         return [(video, video_metadata(len(video))) for video in (test_video(seed=7 + i) for i in range(self.num_videos))]
@@ -268,8 +269,7 @@ def media_kwargs(processor, case: Case) -> dict[str, list]:
     if case.num_videos:
         videos = case.videos_with_metadata()
         kwargs["videos"] = [frames for frames, _ in videos]
-        if needs_video_metadata(processor, case.mm_processor_kwargs):
-            kwargs["video_metadata"] = [metadata for _, metadata in videos]
+        kwargs["video_metadata"] = [metadata for _, metadata in videos]
     if case.num_audios:
         kwargs["audio"] = case.audios(audio_sampling_rate(processor))
     return kwargs
@@ -308,7 +308,8 @@ def _call(processor, text: str, case: Case, **extra):
 def _call_with(processor, text: str, media: dict[str, list], extra: dict[str, Any]):
     asked = video_metadata_asked(processor, media, extra)
     try:
-        return without_asked_metadata(processor(text=[text], **media, **extra, **asked), extra)
+        flat = call_reading_one_videos_metadata(lambda given: processor(text=[text], **given, **extra, **asked), media)
+        return without_asked_metadata(flat, extra)
     except ValueError:
         if not media:
             raise
@@ -431,10 +432,8 @@ def vllm_request(processor, case: Case) -> dict:
     if case.num_images:
         mm["image"] = case.images if case.num_images > 1 else case.images[0]
     if case.num_videos:
-        pairs = case.videos_with_metadata()
-        videos = [frames for frames, _ in pairs]
-        if needs_video_metadata(processor, case.mm_processor_kwargs):
-            videos = [(frames, {**metadata, "do_sample_frames": True}) for frames, metadata in pairs]
+        sampled = needs_video_metadata(processor, case.mm_processor_kwargs)
+        videos = [(frames, {**metadata, "do_sample_frames": sampled}) for frames, metadata in case.videos_with_metadata()]
         mm["video"] = videos if case.num_videos > 1 else videos[0]
     if case.num_audios:
         rate = audio_sampling_rate(processor)

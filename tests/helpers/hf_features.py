@@ -3,8 +3,11 @@ the processor's size and timing metadata (a subprocess: an in-process engine cha
 classes).
 
     python tests/helpers/hf_features.py MODEL_DIR SIDE CASE MODALITY OUT.pt
+
+CASE names a standard case, or is a case's JSON key (`Case.key()`).
 """
 
+import json
 import sys
 
 import torch
@@ -17,7 +20,7 @@ def main():
     from hf_bridge.validate import parity
 
     model_dir, side, name, modality, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-    case = parity.standard_cases(side)[name]
+    case = parity.Case(**json.loads(name)) if name.startswith("{") else parity.standard_cases(side)[name]
     processor = AutoProcessor.from_pretrained(model_dir)
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     inputs = parity.hf_inputs(processor, case)
