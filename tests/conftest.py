@@ -20,6 +20,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    # each worker its share of the cores: an in-process engine binds no threads (vLLM's
+    # CPU worker process binds them), and two workers' OpenMP pools of every core each
+    # would oversubscribe the cores (measured: a file beside another ran 13% longer)
+    cores_each = len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores_each)))
     # the suite's test workers (`-n 2`) run side by side: each keeps its own vLLM compile
     # cache and transformers' copies of checkpoint code, which two writers would race on
     for variable, default in (("VLLM_CACHE_ROOT", "~/.cache/vllm"), ("HF_MODULES_CACHE", "~/.cache/huggingface/modules")):
@@ -185,8 +190,9 @@ def in_tree_backend_undone(engines, monkeypatch):
     """For a test that runs vLLM's in-tree Transformers backend in this process. Its compile
     decorator changes the HF classes it is given in place (`compile_twin.py`): a plain HF
     model built later in this worker fails ("Current vLLM config is not set"). Each class
-    is recorded as it stood before it was decorated; after the test its engine is closed
-    and the class is put back."""
+    is recorded as it stood before it was decorated; after the test its engine is closed,
+    the Dynamo bytecode hooks of the class's instances are removed (each calls the
+    decorated class's methods), and the class is put back."""
     from vllm.model_executor.models.transformers.base import Base
 
     as_before: dict[type, tuple[tuple, dict]] = {}
@@ -199,6 +205,11 @@ def in_tree_backend_undone(engines, monkeypatch):
     monkeypatch.setattr(Base, "_decorate_cls_for_torch_compile", recorded_then_decorated)
     yield
     engines.close()
+    from torch._dynamo import convert_frame
+
+    for hook in list(convert_frame._bytecode_hooks.values()):  # an engine's, and its probes' (meta-device copies)
+        if isinstance(owner := getattr(hook, "__self__", None), tuple(as_before)):
+            owner.cleanup()  # vLLM's removal of its hook, which needs the class as decorated
     for cls, (bases, namespace) in as_before.items():
         cls.__bases__ = bases
         for name in set(cls.__dict__) - set(namespace):
@@ -222,3 +233,9 @@ def hf_classes_left_undecorated():
         if cls.__module__.startswith("transformers.") and getattr(sys.modules.get(cls.__module__), cls.__name__, None) is cls)
     assert not decorated, (f"this test left {decorated} decorated by vLLM's in-tree backend, which breaks every "
                            "later plain HF model of the class in this worker: request `in_tree_backend_undone`")
+    hooks = getattr(sys.modules.get("torch._dynamo.convert_frame"), "_bytecode_hooks", {})
+    stale = sorted({type(hook.__self__).__qualname__ for hook in hooks.values()  # vLLM's, of a class put back
+                    if getattr(hook, "__func__", None) is wrapper.bytecode_hook and not isinstance(hook.__self__, wrapper)})
+    assert not stale, (f"this test left Dynamo bytecode hooks of {stale} modules whose class was put back after "
+                       "vLLM's compile decorator changed it: every later compile in this worker fails (\"has no "
+                       "attribute 'original_code_object'\"); `in_tree_backend_undone` removes them before it puts a class back")

@@ -1,5 +1,5 @@
-"""An in-process engine replaced by a newer one leaves the newer one's state alone
-(`engine_lifetime.py`)."""
+"""An in-process engine replaced by a newer one leaves the newer one's state alone, and
+an engine freed frees its model (`engine_lifetime.py`)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,23 @@ def test_a_notebook_cell_building_its_engine_again_keeps_serving(zoo, engines):
     again = make_llm(zoo("llava"))
     assert tokens(again) == first
     shutdown(again)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("shut_down_first", [True, False], ids=["shut_down", "dropped"])
+def test_an_engine_freed_frees_its_compiled_model(zoo, shut_down_first):
+    """In compiled mode (vLLM's default) each compiled module registers a Dynamo bytecode
+    hook, which holds it. vLLM removed the hooks through a weak reference to the model,
+    already dead when it collected an engine shut down first: each compiled engine that
+    `hf-bridge validate` ran in a notebook kept its decoder, weights and all; and a test
+    that put a class back after shutting its engine down failed every later compile in
+    its worker ("'LlamaModel' object has no attribute 'original_code_object'"). An engine
+    only dropped, as a notebook cell run again drops it, is freed too."""
+    from helpers.engine_freed import compiled_model_left_after
+
+    from hf_bridge.clean_interpreter import CleanCall
+
+    left = CleanCall(compiled_model_left_after, str(zoo("llava")), shut_down_first, doing="freeing an engine").result()
+    assert left["tokens"] > 0 and left["compiled modules"] > 0, left
+    assert left["hooks while alive"] == left["compiled modules"], left
+    assert left["hooks left"] == left["compiled modules left"] == 0, left
