@@ -301,6 +301,15 @@ def _forget(results: Path, types: list[str], cases: set[str] | None = None) -> N
     results.write_text("".join(f"{l}\n" for l in kept))
 
 
+def _not_built(results: Path, types: list[str]) -> set[str]:
+    """Those of `types` that the results hold as not built or not swept (a `*` row): a
+    re-run of some of their cases runs them all, as no cell of theirs is kept."""
+    if not results.exists():
+        return set()
+    entries = (json.loads(line) for line in results.read_text().splitlines())
+    return {e["type"] for e in entries if e["type"] in types and e["case"] == "*"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--types", help="comma-separated model types (default: every candidate)")
@@ -326,10 +335,14 @@ def main() -> None:
     if args.render is None:
         types = args.types.split(",") if args.types else candidate_types()
         cases = set(args.cases.split(",")) if args.cases else None
+        whole = _not_built(args.results, types) if cases else set()
+        if whole:
+            print(f"{', '.join(sorted(whole))}: not built before, so every case is run", file=sys.stderr)
         _forget(args.results, types, cases)
         for model_type in types:
             started = time.monotonic()
-            sweep_type(model_type, args.cache, args.results, COMPILED_IMPLS if args.compiled else IMPLS, cases)
+            sweep_type(model_type, args.cache, args.results, COMPILED_IMPLS if args.compiled else IMPLS,
+                       None if model_type in whole else cases)
             print(f"{model_type}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     text = render(args.render or args.results)
     if args.out:

@@ -46,9 +46,7 @@ def test_an_engine_freed_frees_its_compiled_model(zoo, shut_down_first):
     """In compiled mode (vLLM's default) each compiled module registers a Dynamo bytecode
     hook, which holds it. vLLM removed the hooks through a weak reference to the model,
     already dead when it collected an engine shut down first: each compiled engine that
-    `hf-bridge validate` ran in a notebook kept its decoder, weights and all; and a test
-    that put a class back after shutting its engine down failed every later compile in
-    its worker ("'LlamaModel' object has no attribute 'original_code_object'"). An engine
+    `hf-bridge validate` ran in a notebook kept its decoder, weights and all. An engine
     only dropped, as a notebook cell run again drops it, is freed too."""
     from helpers.engine_freed import compiled_model_left_after
 

@@ -38,3 +38,12 @@ def test_a_re_run_case_replaces_its_own_cells_in_its_rows_place(tmp_path):
     with results.open("a") as f:  # the re-run's cells, appended after every other type's
         f.writelines(json.dumps(entry) + "\n" for entry in video)
     assert sweep.render(results) == (ROOT / "COVERAGE.md").read_text()
+
+
+def test_a_type_not_built_before_has_every_case_run_when_some_are_asked_for(tmp_path):
+    results = _write(tmp_path / "results.jsonl", sweep.read_table(ROOT / "COVERAGE.md"))
+    assert {"granite_speech", "florence2"} <= sweep._not_built(results, ["granite_speech", "florence2", "qwen2_5_vl"])
+    assert "qwen2_5_vl" not in sweep._not_built(results, ["qwen2_5_vl"])
+    sweep._forget(results, ["granite_speech"], {"audio"})
+    assert sweep._not_built(results, ["granite_speech"]) == set()
+    assert "| granite_speech |" not in sweep.render(results)
