@@ -18,7 +18,8 @@ modality is served by vLLM's in-tree backend class, exactly as without hf_bridge
 the reason is logged. Installing hf_bridge never takes a model away.
 
 `register` also keeps an in-process engine's successor alive when the old one is freed
-after it (`engine_lifetime.py`), keeps an engine serving after Ctrl-C stops a call
+after it (`engine_lifetime.py`), keeps each engine at the OpenMP thread count the
+process's first engine had (`engine_threads.py`), keeps an engine serving after Ctrl-C stops a call
 (`interrupted_calls.py`), gives prompts without media the tokens the HF
 processor adds to every prompt (`text_only_prompts.py`), and lets a CPU engine start in
 a process that imported numba (`kernel_rebind_scan.py`).
@@ -110,9 +111,10 @@ def register() -> None:
         ModelRegistry.register_model(own, cls)
     _route_transformers_backend(ModelRegistry)
     _register_config_updates()
-    from . import engine_lifetime, interrupted_calls, kernel_rebind_scan, text_only_prompts
+    from . import engine_lifetime, engine_threads, interrupted_calls, kernel_rebind_scan, text_only_prompts
 
     engine_lifetime.install()
+    engine_threads.install()
     interrupted_calls.install()
     text_only_prompts.install()
     kernel_rebind_scan.install()
