@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 
+import torch
+
 from . import LOGGER_NAME
 
 logger = logging.getLogger(LOGGER_NAME)
@@ -47,7 +49,7 @@ def install() -> None:
         restore_engine_threads()
         init(self, *args, **kwargs)
         if not _ENGINE_THREADS:
-            _ENGINE_THREADS.append(_threads())
+            _ENGINE_THREADS.append(torch.get_num_threads())
 
     engine_core.__init__ = __init__
     for name in STEPS:
@@ -65,17 +67,10 @@ def _at_engine_threads(step):
 
 def restore_engine_threads() -> None:
     """Set the process's OpenMP thread count back to its first engine's, where it changed."""
-    if not _ENGINE_THREADS or _threads() == _ENGINE_THREADS[0]:
+    threads = torch.get_num_threads()
+    if not _ENGINE_THREADS or threads == _ENGINE_THREADS[0]:
         return
-    import torch
-
     logger.info("The OpenMP thread count changed from %d to %d since this process's first engine started (numba "
                 "sets it, vLLM's n-gram drafter among its users); set back to %d, as vLLM's CPU kernels cached at one "
-                "count give wrong results at another", _ENGINE_THREADS[0], _threads(), _ENGINE_THREADS[0])
+                "count give wrong results at another", _ENGINE_THREADS[0], threads, _ENGINE_THREADS[0])
     torch._C.set_num_threads(_ENGINE_THREADS[0])  # the builtin: vLLM's CPU worker replaces `torch.set_num_threads`
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()

@@ -19,8 +19,8 @@ the reason is logged. Installing hf_bridge never takes a model away.
 
 `register` also keeps an in-process engine's successor alive when the old one is freed
 after it (`engine_lifetime.py`), keeps each engine at the OpenMP thread count the
-process's first engine had (`engine_threads.py`), keeps an engine serving after Ctrl-C stops a call
-(`interrupted_calls.py`), gives prompts without media the tokens the HF
+process's first engine had (`engine_threads.py`), keeps an engine serving after Ctrl-C
+stops a call (`interrupted_calls.py`), gives prompts without media the tokens the HF
 processor adds to every prompt (`text_only_prompts.py`), and lets a CPU engine start in
 a process that imported numba (`kernel_rebind_scan.py`).
 
