@@ -126,7 +126,8 @@ def _encode(
         _COMPLETED_BY_FORWARD.setdefault(hf_model, set()).add(modality)
         return _inline(hf_model, modality, fields, num_embeds, side_features)
     if side_features is None:
-        return rows
+        placed = _rows_the_forward_places_instead(hf_model, modality, fields, rows, num_embeds) if not levels else None
+        return rows if placed is None else placed
     side_features.remember(output)
     return widen(rows, levels)
 
@@ -134,9 +135,50 @@ def _encode(
 _COMPLETED_BY_FORWARD: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
 """Per HF model, the modalities whose entry returns rows its forward completes before
 placing them: of another width than the decoder's, which it projects (Llama 4 applies its
-projector outside `get_image_features`), or fewer than the item's positions, which it pads
-(Gemma 3n's audio, to its 188 positions with rows of its audio embedder): encoded inline,
-through that forward, once seen."""
+projector outside `get_image_features`), fewer than the item's positions, which it pads
+(Gemma 3n's audio, to its 188 positions with rows of its audio embedder), or other rows
+than it places (`_rows_the_forward_places_instead`): encoded inline, through that
+forward, once seen."""
+
+_ENTRY_CHECKED: weakref.WeakKeyDictionary[torch.nn.Module, set[str]] = weakref.WeakKeyDictionary()
+"""Per HF model, the modalities whose entry's rows were checked against the rows its
+forward places (`_rows_the_forward_places_instead`): once each."""
+
+ENTRY_RTOL = 1e-3
+"""How far, relative to the largest row value (at least 1), an entry's rows may lie from
+the rows the forward places and still be taken as the same computation (validate's
+encoder tolerance)."""
+
+
+def _rows_the_forward_places_instead(
+    hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], rows: torch.Tensor, num_embeds: int | None,
+) -> torch.Tensor | None:
+    """The rows the HF model's forward places for these items, where they are not the
+    rows its entry gave; None where they are, or cannot be had. Checked on a modality's
+    first items whose forward can encode them (its config names their token), then never
+    again. The forward may call the entry with arguments of its own: Gemma 3n's passes
+    its audio entry the inverse of the processor's `input_features_mask`, then puts its
+    padding row where that mask marks padding. A clip of 30 s, with no padding, gives
+    the entry all 188 rows, the same count the forward places, yet other rows (the
+    entry, handed the processor's mask, masks every frame)."""
+    if num_embeds is None or modality not in feature_token_ids(hf_model.config):
+        return None
+    checked = _ENTRY_CHECKED.setdefault(hf_model, set())
+    if modality in checked:
+        return None
+    checked.add(modality)
+    try:
+        placed = encode_inline(hf_model, modality, fields, num_embeds)
+    except Exception:  # noqa: BLE001 - the forward cannot encode them alone: the entry is all there is
+        return None
+    scale = max(rows.abs().max().item(), placed.abs().max().item(), 1.0)
+    if placed.shape == rows.shape and torch.allclose(placed.to(rows.dtype), rows, rtol=0.0, atol=ENTRY_RTOL * scale):
+        return None
+    _COMPLETED_BY_FORWARD.setdefault(hf_model, set()).add(modality)
+    logger.info(
+        "hf_bridge: %s.%s gave other rows for %s items than its forward places; hf_bridge encodes them through that "
+        "forward from now on", type(hf_model).__name__, features_entry_name(hf_model, modality), modality)
+    return placed.to(rows.dtype)
 
 
 def _inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int | None, side_features: SideFeatures | None) -> torch.Tensor:

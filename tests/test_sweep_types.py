@@ -868,6 +868,27 @@ def test_a_clip_longer_than_the_processor_keeps_is_refused_or_cut_on_request(gen
 
 
 @pytest.mark.engine
+def test_a_clip_of_the_whole_30_seconds_keeps_parity_as_the_first_one_encoded(generic_checkpoints, engines, tmp_path):
+    """Gemma 3n's forward hands its audio entry the inverse of the processor's
+    `input_features_mask`, then puts its padding row where that mask marks padding.
+    hf_bridge took a clip through the forward only once the entry gave fewer rows than the
+    clip's 188 positions: a clip with no padding (30 s) gives all 188, and the entry,
+    handed the processor's mask, masked every frame (encoder rows off by a relative 1.0,
+    greedy tokens off from the first). It showed only where such a clip came before any
+    shorter one (which switched the engine over). A fresh engine's first clip is 30 s."""
+    from scipy.io import wavfile
+
+    model_dir = generic_checkpoints["gemma3n"]
+    clip = tmp_path / "thirty_seconds.wav"
+    wavfile.write(clip, 16_000, parity.test_audio(seconds=30.0, seed=1))
+    whole = parity.Case.from_files("thirty_seconds", "Transcribe the audio.", audios=[str(clip)])
+    engines.close()  # no clip encoded before this one
+    assert_case_keeps_parity(model_dir, whole, engines)
+    short = parity.standard_cases(64)["audio"]  # and a padded one after it
+    assert_case_keeps_parity(model_dir, short, engines)
+
+
+@pytest.mark.engine
 def test_a_clip_too_short_or_with_two_channels_is_refused_by_what_is_wrong(generic_checkpoints, engines):
     """A clip of 10 samples gets no audio position from Qwen2-Audio's processor (transformers'
     neither): it was refused as if the processor "does not report `mm_token_type_ids`". A
