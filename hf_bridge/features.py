@@ -161,12 +161,12 @@ def _rows_the_forward_places_instead(
     padding row where that mask marks padding. A clip of 30 s, with no padding, gives
     the entry all 188 rows, the same count the forward places, yet other rows (the
     entry, handed the processor's mask, masks every frame)."""
-    if num_embeds is None or modality not in feature_token_ids(hf_model.config):
-        return None
     checked = _ENTRY_CHECKED.setdefault(hf_model, set())
-    if modality in checked:
+    if num_embeds is None or modality in checked:
         return None
     checked.add(modality)
+    if modality not in feature_token_ids(hf_model.config):
+        return None
     try:
         placed = encode_inline(hf_model, modality, fields, num_embeds)
     except Exception:  # noqa: BLE001 - the forward cannot encode them alone: the entry is all there is
@@ -298,7 +298,21 @@ def encode_inline(hf_model: torch.nn.Module, modality: str, fields: dict[str, An
     are on the model's device (`encode` puts them there).
 
     The decoder is swapped for a stand-in rather than hooked: vLLM's compiled decoder
-    classes are called without running module hooks."""
+    classes are called without running module hooks.
+
+    One row is taken from the item placed beside a copy of itself: to the forward, a
+    prompt of one position looks like a decoding step, which some forwards pass on
+    without placing any item (Qwen2-Audio's merges audio only where
+    `input_ids.shape[1] != 1`, so a clip of one audio token, under 70 ms, would keep its
+    token's own embedding)."""
+    if num_embeds == 1:
+        with contextlib.suppress(Exception):  # items that cannot be paired: placed alone
+            pair = {k: join_items([v] * ONE_ROW_PAIR) for k, v in fields.items()}
+            return _placed_rows(hf_model, modality, pair, ONE_ROW_PAIR)[:1]
+    return _placed_rows(hf_model, modality, fields, num_embeds)
+
+
+def _placed_rows(hf_model: torch.nn.Module, modality: str, fields: dict[str, Any], num_embeds: int) -> torch.Tensor:
     accepted = accepted_kwargs(hf_model.forward)
     kwargs = {k: v for k, v in fields.items() if accepted is None or k in accepted}
     device = next(hf_model.parameters()).device

@@ -77,6 +77,23 @@ def test_inline_rows_are_those_the_forward_places(qwen2_audio):
     assert qwen2_audio.language_model is decoder  # the stand-in is gone again
 
 
+def test_a_one_row_item_encoded_inline_gets_the_row_its_forward_places(qwen2_audio):
+    """A clip of one audio token: Qwen2-Audio's forward places nothing on a prompt of one
+    position (to it, a decoding step), and a prompt of one audio token amid text takes its
+    legacy path, which places the same clip's row."""
+    fields, tokens = clips(qwen2_audio, [5, 400])  # padded to the 400 frames the tower takes
+    fields = {key: value[:1] for key, value in fields.items()}
+    assert tokens[0] == 1
+    ids = torch.tensor([[1, 2, AUDIO_TOKEN, 3]])
+    handed = received(qwen2_audio.get_decoder(), embeds_kwarg, qwen2_audio, input_ids=ids,
+                      attention_mask=torch.ones_like(ids), **fields)
+    with torch.no_grad():
+        rows = encode(qwen2_audio, "audio", fields, HIDDEN, num_embeds=1)
+        token_row = qwen2_audio.get_input_embeddings()(torch.tensor([AUDIO_TOKEN]))
+    assert not torch.allclose(handed[0][2], token_row[0])
+    torch.testing.assert_close(rows, handed[0][ids[0] == AUDIO_TOKEN], rtol=0, atol=1e-6)
+
+
 def test_inline_encoding_needs_the_embedding_count(qwen2_audio):
     fields, _ = clips(qwen2_audio, [400])
     decoder = qwen2_audio.language_model
