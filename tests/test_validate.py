@@ -1036,6 +1036,77 @@ def test_rows_the_forward_pads_are_counted_as_the_forward_places_them(generic):
     assert {name: rows[name].shape[0] for name in counts} == counts
 
 
+def test_rows_the_forward_drops_padding_from_are_counted_as_the_forward_places_them(generic):
+    """Gemma 4's processor pads two clips to one length, its `get_audio_features` returns a
+    row for every padded frame, and its forward drops the padding's rows: the processing
+    stage had reported that transformers itself could not run the case (33 positions, 50
+    rows), while its decoding passed."""
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.checkpoint import load_processor
+    from hf_bridge.validate.encoder import feature_positions, hf_rows
+
+    model_dir = generic("gemma4")
+    model = parity.load_generation_model(model_dir)
+    processor = load_processor(model_dir)
+    case = parity.Case("two_clips", 64, num_audios=2, text="Transcribe both.")
+    prompt = parity.hf_inputs(processor, case)["input_ids"][0].tolist()
+    positions = len(feature_positions(prompt, feature_token_ids(model.config)))
+    rows, counts, alone = hf_rows(model, processor, [case], feature_token_ids(model.config))
+    assert counts[case.name] == rows[case.name].shape[0] == alone[case.name].shape[0] == positions > 0
+
+
+def test_a_flat_models_rows_are_those_its_first_layer_receives(generic):
+    """Phi-4-multimodal is its own decoder: its forward hands the prompt's embeddings to its
+    first layer, never a decoder's `inputs_embeds`. The encoder stage took nothing there
+    and was n/a for every case. Its rows, and those of two clips encoded alone (which its
+    forward encodes inline), are taken where hf_bridge takes them."""
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.checkpoint import load_processor
+    from hf_bridge.validate.encoder import feature_positions, hf_rows
+
+    model_dir = generic("phi4_multimodal", 1)
+    model = parity.load_generation_model(model_dir)
+    processor = load_processor(model_dir)
+    cases = [parity.standard_cases(64)["audio"], parity.Case("two_clips", 64, num_audios=2, text="Transcribe both.")]
+    rows, _, alone = hf_rows(model, processor, cases, feature_token_ids(model.config))
+    for case in cases:
+        prompt = parity.hf_inputs(processor, case)["input_ids"][0].tolist()
+        assert not isinstance(rows[case.name], str), rows[case.name]
+        assert rows[case.name].shape[0] == len(feature_positions(prompt, feature_token_ids(model.config))) > 0
+    assert alone["two_clips"].shape == rows["two_clips"].shape
+    assert not model.base_model.layers[0]._forward_pre_hooks
+
+
+def test_encoder_rows_compared_at_no_position_are_not_checked():
+    """A case with items whose prompt holds none of the tokens the config names (the
+    tokens of Qwen2.5-Omni's and Qwen3-Omni's checkpoints were read from the whole
+    model's config, which names none) compared no row, and passed: "0 rows x 64"."""
+    import numpy as np
+
+    from hf_bridge.validate import command, parity
+
+    case = parity.standard_cases(64)["audio"]
+    verdict = command._encoder_verdict("hf_bridge", case, np.zeros((0, 64), np.float32), np.zeros((0, 64), np.float32), None)
+    assert (verdict.outcome, verdict.detail) == (stages.NOT_CHECKED, command.NO_FEATURE_POSITIONS)
+
+
+def test_feature_tokens_of_a_whole_model_are_its_thinkers(tmp_path):
+    """Qwen2.5-Omni's tokens are in its `thinker_config` alone, the config of the model that
+    generates its text, which hf_bridge builds."""
+    from transformers import Qwen2_5OmniConfig
+
+    from hf_bridge.features import feature_token_ids
+    from hf_bridge.validate.checkpoint import feature_ids
+
+    config = Qwen2_5OmniConfig()
+    config.save_pretrained(tmp_path)
+    assert feature_token_ids(config) == {}
+    thinker = config.thinker_config
+    assert feature_ids(tmp_path) == feature_token_ids(thinker) and set(feature_ids(tmp_path)) == {"image", "video", "audio"}
+
+
 def test_encoder_rows_come_from_the_forward_the_references_run(generic):
     """Cosmos3-Edge's forward refuses images without `mm_token_type_ids` (its M-RoPE
     positions), which its processor leaves off unless asked. transformers' side once ran

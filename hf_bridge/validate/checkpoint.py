@@ -71,6 +71,16 @@ def load_config(model_dir: str | Path):
     return transformers_own_config_at(config, model_dir) or config
 
 
+def feature_ids(model_dir: str | Path) -> dict[str, int]:
+    """The token the HF model fills with each modality's encoder rows (`feature_token_ids`),
+    named by the config of the model that generates the text: a whole model's thinker's
+    (Qwen2.5-Omni's tokens are in its `thinker_config` alone)."""
+    from ..features import feature_token_ids
+    from ..hf_classes import generating_config
+
+    return feature_token_ids(generating_config(load_config(model_dir)))
+
+
 def load_processor(model_dir: str | Path, **init_kwargs):
     from transformers import AutoProcessor
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import stages
 from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
-from .checkpoint import load_config, load_processor, refuse_untrusted_code, remote_code_trusted, trusts_remote_code
+from .checkpoint import feature_ids, load_processor, refuse_untrusted_code, remote_code_trusted, trusts_remote_code
 from .report import Report
 from .reference import missing_references, store_references
 from .stages import FAIL, NOT_APPLICABLE, NOT_CHECKED, PASS, TRANSFORMERS_REFUSED, Verdict
@@ -182,6 +182,8 @@ class EngineCheck:
         return json.dumps(dataclasses.asdict(self))
 
 
+NO_FEATURE_POSITIONS = ("transformers' prompt holds none of the tokens the config names for encoder rows "
+                        "(`image_token_id`, `video_token_id`, `audio_token_id` or `*_token_index`), so no row was compared")
 ROWS_IN_FLOAT32_ONLY = "rows are compared in float32 only (1e-3 relative); run without --dtype to compare them"
 
 
@@ -219,11 +221,10 @@ def check_processing(impl: str, model_dir: str, cases, encoder_rows: Path | None
     encoder returns, per case."""
     from .. import inspect as inspection
     from . import parity
-    from ..features import feature_token_ids
     from .encoder import load_rows
 
     row_counts = load_rows(encoder_rows)[1] if encoder_rows is not None else {}
-    features = feature_token_ids(load_config(model_dir))
+    features = feature_ids(model_dir)
     for case in cases:
         if not case.media_counts:
             emit(Verdict(impl, case.name, "processing", NOT_APPLICABLE, TEXT_ONLY_PROCESSING))
@@ -274,7 +275,6 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     """Each case through one engine, run as `check` says: the rows its decoder received
     against transformers' (encoder, float32 only), and decoding (`_decoding_verdict`)."""
     from . import parity
-    from ..features import feature_token_ids
     from .encoder import RowCapture, feature_positions, load_rows
     from .engine import make_llm, shutdown
     from .reference import NotApplicable, references
@@ -282,7 +282,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
     results = references(model_dir, cases, dtype=check.dtype)
     beside = references(model_dir, cases, dtype=check.reference_dtypes[1]) if len(check.reference_dtypes) > 1 else [None] * len(cases)
     hf_rows, _, rows_alone = load_rows(encoder_rows) if encoder_rows is not None else ({}, {}, {})
-    feature_ids = feature_token_ids(load_config(model_dir))
+    token_ids = feature_ids(model_dir)
     limits = parity.media_limits(cases)
 
     def start():
@@ -309,7 +309,7 @@ def check_engine(impl: str, model_dir: str, cases, stage_names: list[str], encod
             gc.collect()
             llm, capture = start()
         if capture is not None:
-            positions = feature_positions(got.prompt_ids, feature_ids) if got else []
+            positions = feature_positions(got.prompt_ids, token_ids) if got else []
             emit(_encoder_verdict(impl, case, hf_rows.get(case.name), capture.take(positions), raised, rows_alone.get(case.name),
                                   transformers_ran=not isinstance(reference, NotApplicable)))
         elif "encoder" in stage_names:
@@ -373,6 +373,8 @@ def _encoder_verdict(impl: str, case, reference, rows, raised: str | None, rows_
         return Verdict(impl, case.name, "encoder", NOT_APPLICABLE if reference else NOT_CHECKED, reference or "no transformers rows")
     if raised:
         return Verdict(impl, case.name, "encoder", FAIL, raised)
+    if len(reference) == 0:  # rows are taken at the feature tokens' positions: a pass would compare nothing
+        return Verdict(impl, case.name, "encoder", NOT_CHECKED, NO_FEATURE_POSITIONS)
     problems, measured = stages.encoder_problems(reference, rows)
     if problems and rows_alone is not None:
         problems.append(stages.rows_alone_diagnosis(reference, rows_alone, rows))
@@ -552,12 +554,11 @@ def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[
                              scratch: Path) -> tuple[dict[str, list[str]], RowsWanted | None]:
     """What transformers' side of the run computes: the references decoding lacks, and the
     encoder rows the processing and encoder stages compare with (None where they do not run)."""
-    from ..features import feature_token_ids
 
     wanted = missing_references(model_dir, cases, check.reference_dtypes) if "decoding" in stage_names else {}
     rows = None
     if "encoder" in stage_names or "processing" in stage_names:
-        rows = RowsWanted(scratch / "encoder_rows.npz", cases, feature_token_ids(load_config(model_dir)))
+        rows = RowsWanted(scratch / "encoder_rows.npz", cases, feature_ids(model_dir))
     return wanted, rows
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,12 +30,14 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
     import torch
 
     captured: list[torch.Tensor] = []
+    receiver, key = prompt_embeds_receiver(model)
 
     def keep_inputs_embeds(module, args, kwargs):
-        if kwargs.get("inputs_embeds") is not None:  # a copy: CTRL's decoder scales what it is handed in place
-            captured.append(kwargs["inputs_embeds"].detach().clone())
+        embeds = _handed(args, kwargs, key)
+        if embeds is not None:  # a copy: CTRL's decoder scales what it is handed in place
+            captured.append(embeds.detach().clone())
 
-    handle = model.get_decoder().register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
+    handle = receiver.register_forward_pre_hook(keep_inputs_embeds, with_kwargs=True)
     out: dict[str, np.ndarray | str] = {}
     counts: dict[str, int | str] = {}
     alone: dict[str, np.ndarray] = {}
@@ -69,6 +72,28 @@ def hf_rows(model, processor, cases: list[parity.Case], feature_ids: dict[str, i
     return out, counts, alone
 
 
+def prompt_embeds_receiver(model) -> tuple[Any, str]:
+    """(module, argument) the HF model's forward hands the prompt's embeddings to: its
+    decoder's `inputs_embeds`; in a flat model, its own decoder (Phi-4-multimodal), its
+    first layer's `hidden_states`, where hf_bridge takes them (`features.handed_to_decoder`)."""
+    from ..features import decoder_layers_name
+
+    base = model.base_model
+    if base.get_decoder() is base:
+        return getattr(base, decoder_layers_name(base))[0], FIRST_LAYER_INPUT
+    return model.get_decoder(), "inputs_embeds"
+
+
+FIRST_LAYER_INPUT = "hidden_states"
+"""A decoder layer's input, which transformers' layers take first, by position or by name."""
+
+
+def _handed(args: tuple, kwargs: dict[str, Any], key: str):
+    if kwargs.get(key) is not None:
+        return kwargs[key]
+    return args[0] if key == FIRST_LAYER_INPUT and args else None
+
+
 def has_neighbours(case: parity.Case) -> bool:
     """Whether the case holds several items of one modality, which transformers processes
     and encodes in one call (its processor may pad them to one size)."""
@@ -82,15 +107,17 @@ def rows_of_items_alone(model, processor, case: parity.Case):
     every item on its own, places."""
     import torch
 
-    from ..features import encode
+    from ..features import encode, feature_token_ids
 
     hidden = model.config.get_text_config().hidden_size
+    tokens = feature_token_ids(model.base_model.config)
     rows = []
     for modality, inputs in parity.items_alone(processor, case, return_tensors="pt"):
         inputs = parity.for_model(inputs, model.dtype)
         fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
+        positions = len(feature_positions(inputs["input_ids"][0].tolist(), tokens))  # what a forward that encodes inline fills
         with torch.no_grad():
-            rows.append(encode(model.base_model, modality, fields, hidden))
+            rows.append(encode(model.base_model, modality, fields, hidden, num_embeds=positions or None))
     return torch.cat(rows)
 
 
@@ -108,15 +135,19 @@ def rows_placed_alone(model, processor, case: parity.Case):
     if rows.shape[0] != len(positions):
         raise ValueError(f"the items encoded alone give {rows.shape[0]} rows, the prompt has {len(positions)} feature positions")
 
+    receiver, key = prompt_embeds_receiver(model)
+
     def place(module, args, kwargs):
-        embeds = kwargs.get("inputs_embeds")
+        embeds = _handed(args, kwargs, key)
         if embeds is None or embeds.shape[1] != len(prompt_ids):  # a decoding step, not the prompt
             return None
         embeds = embeds.clone()
         embeds[0, positions] = rows.to(embeds.dtype)
-        return args, {**kwargs, "inputs_embeds": embeds}
+        if key in kwargs:
+            return args, {**kwargs, key: embeds}
+        return (embeds, *args[1:]), kwargs
 
-    handle = model.get_decoder().register_forward_pre_hook(place, with_kwargs=True)
+    handle = receiver.register_forward_pre_hook(place, with_kwargs=True)
     try:
         yield
     finally:
@@ -131,15 +162,16 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     items (hf_bridge's `features.encode`, which calls exactly that): what the processor's
     placeholders must announce. Asked directly, so a processor that announces more than
     the tower gives is measured, where the model's forward would only raise. Where the
-    entry gives fewer rows than the prompt has positions and the forward fills them all
-    (Gemma 3n pads its audio to 188 rows), the forward's count stands; not where another
-    modality of the case may place rows at the same token (InternVL's video frames take
-    its image token), as the prompt's count is then both modalities'. Modalities whose
+    entry gives another count of rows than the prompt has positions and the forward fills
+    them all (Gemma 3n pads its audio to 188 rows; Gemma 4 drops the rows of the frames
+    its processor padded clips to one length with), the forward's count stands; not
+    where another modality of the case may place rows at the same token (InternVL's video
+    frames take its image token), as the prompt's count is then both modalities'. Modalities whose
     entry is one and the same (InternVL encodes video frames with `get_image_features`, from
     the one `pixel_values` its processor gives images and frames) are counted once."""
     import torch
 
-    from ..features import encode, encodes_inline, feature_token_ids, features_entry_name
+    from ..features import encode, encode_inline, encodes_inline, feature_token_ids, features_entry_name
 
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
@@ -158,9 +190,9 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
         rows = encode(model, modality, fields, hidden).shape[0]
         token = own_token(modality)
         positions = prompt.count(token) if token is not None else 0
-        if rows < positions:
+        if positions and rows != positions:
             try:
-                rows = encode(model, modality, fields, hidden, num_embeds=positions).shape[0]
+                rows = encode_inline(model, modality, fields, positions).shape[0]
             except Exception:  # noqa: BLE001 - the forward checks the count and raises: the entry's stands
                 pass
         return rows
