@@ -89,8 +89,20 @@ def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items
     kwargs["attention_mask"] = torch.ones(1, len(input_ids), dtype=torch.long)
     accepted = accepted_kwargs(get_rope_index)
     kwargs = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
-    positions, delta = get_rope_index(input_ids=torch.tensor(input_ids)[None], **kwargs)
-    return positions[:, 0], int(delta[0])
+    positions = get_rope_index(input_ids=torch.tensor(input_ids)[None], **kwargs)[0][:, 0]
+    return positions, decoding_delta(positions)
+
+
+def decoding_delta(positions: torch.Tensor) -> int:
+    """vLLM's M-RoPE delta (a decoding step's position less its index in the sequence) for a
+    prompt of `positions` (3, tokens): where transformers' `generate` places the first
+    generated token, one past the prompt's last position, as it advances the position ids
+    it hands the forward (`_update_model_kwargs_for_generation`). That is not always one
+    past the largest, which `get_rope_index`'s own delta counts from: Qwen2.5-VL resumes
+    text after a video `max(height, width)` positions on, below the temporal positions of
+    a video of more time than space (9 frames of 70 x 38 pixels: the video's positions up
+    to 22, the text after it at 9 to 19, the first generated token at 20, not 23)."""
+    return int(positions[:, -1].max()) + 1 - positions.shape[1]
 
 
 def item_fields(get_rope_index: Callable, handed: Mapping[str, str] | None = None,

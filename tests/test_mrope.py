@@ -103,3 +103,44 @@ def test_what_the_forward_derives_from_the_fields_is_derived_per_item_and_joined
     assert "feature_attention_mask" in item_fields(get_rope_index, {"audio_seqlens": "audio_feature_lengths"}, derived)
     mrope_positions(get_rope_index, list(range(4)), items, {"audio_seqlens": "audio_feature_lengths"}, derived)
     assert seen["lengths"].tolist() == [3, 2]
+
+
+def test_decoding_continues_from_the_prompts_last_position_as_transformers_generate_does(zoo, tmp_path):
+    """Qwen2.5-VL resumes text after a video `max(height, width)` positions on; a video of
+    more time than space (9 frames of 70 x 38 pixels, at 2 fps) reaches past that, so the
+    prompt's last position is not its largest. transformers' `generate` places its first
+    generated token one past the last; hf_bridge's delta had counted from the largest
+    (`get_rope_index`'s own), and greedy tokens differed from the second on."""
+    import cv2
+    import numpy as np
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+    from hf_bridge.validate import parity
+
+    model_dir = zoo("qwen2_5_vl")
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    writer = cv2.VideoWriter(str(tmp_path / "video.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 2.0, (70, 38))
+    for frame in np.random.default_rng(0).integers(0, 255, (9, 38, 70, 3), dtype=np.uint8):
+        writer.write(frame)
+    writer.release()
+    case = parity.Case.from_files("video", "Describe the video.", videos=[str(tmp_path / "video.mp4")])
+    inputs = parity.model_inputs(model, processor, case)  # as validate's reference, the video's metadata given
+    handed = []
+    hook = model.model.language_model.register_forward_pre_hook(
+        lambda module, args, kwargs: handed.append(kwargs["position_ids"]), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.generate(**inputs, max_new_tokens=2, do_sample=False)
+    finally:
+        hook.remove()
+    prompt, decoding = handed[0][1:, 0], handed[1][1:, 0, 0]  # M-RoPE rows (the first holds text positions)
+
+    ids, types = inputs["input_ids"][0], inputs["mm_token_type_ids"][0]
+    (span,) = [torch.nonzero(types == 2).flatten()]
+    video = PlacedItem(int(span[0]), types[span[0]:span[-1] + 1],
+                       {"video_grid_thw": inputs["video_grid_thw"][0], "second_per_grid_ts": inputs["second_per_grid_ts"][0]})
+    positions, delta = mrope_positions(model.model.get_rope_index, ids.tolist(), [video])
+    assert torch.equal(positions, prompt)
+    assert positions[:, -1].max() < positions.max()  # the case: the last position is not the largest
+    assert (delta + len(ids),) * MROPE_AXES == tuple(decoding.tolist())
