@@ -109,13 +109,19 @@ def main() -> None:
                     print(f"{name} / {given}: {verdict}", flush=True)
                     rows.append(f"| {name} | {given} | {verdict} |")
     if args.out:
-        args.out.write_text(
-            "# Prompts that mix modalities\n\n"
-            f"`scripts/mixed_modalities.py` ({time.strftime('%Y-%m-%d')}): {' '.join(__doc__.split(chr(10) * 2)[0].split())} "
-            "Decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3, float32. n/a: transformers "
-            "itself raised on the prompt, so nothing was compared.\n\n"
-            "| architecture | items | hf_bridge |\n|---|---|---|\n" + "\n".join(rows) + "\n"
-        )
+        write_table(args.out, "Prompts that mix modalities", "mixed_modalities.py", __doc__,
+                    "n/a: transformers itself raised on the prompt, so nothing was compared.", ("architecture", "items"), rows)
+
+
+def write_table(out: Path, title: str, script: str, doc: str, notes: str, columns: tuple[str, ...], rows: list[str]) -> None:
+    """A script's markdown table: what its docstring's first paragraph says it runs, the
+    rule decoding is judged by, `notes`, then a row per check, hf_bridge's verdict last."""
+    out.write_text(
+        f"# {title}\n\n"
+        f"`scripts/{script}` ({time.strftime('%Y-%m-%d')}): {' '.join(doc.split(chr(10) * 2)[0].split())} "
+        f"Decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3, float32. {notes}\n\n"
+        f"| {' | '.join(columns)} | hf_bridge |\n|{'---|' * (len(columns) + 1)}\n" + "\n".join(rows) + "\n"
+    )
 
 
 if __name__ == "__main__":

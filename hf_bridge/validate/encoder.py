@@ -166,9 +166,10 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     them all (Gemma 3n pads its audio to 188 rows; Gemma 4 drops the rows of the frames
     its processor padded clips to one length with), the forward's count stands; not
     where another modality of the case may place rows at the same token (InternVL's video
-    frames take its image token), as the prompt's count is then both modalities'. Modalities whose
-    entry is one and the same (InternVL encodes video frames with `get_image_features`, from
-    the one `pixel_values` its processor gives images and frames) are counted once."""
+    frames take its image token), as the prompt's count is then both modalities'.
+    Modalities whose entry is one and the same (InternVL encodes video frames with
+    `get_image_features`, from the one `pixel_values` its processor gives images and
+    frames) are counted once."""
     import torch
 
     from ..features import encode, encode_inline, encodes_inline, feature_token_ids, features_entry_name
