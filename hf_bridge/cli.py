@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from .help_format import SetDefaultsHelpFormatter
 from .progress import progress
 
 
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
             "print the greedy generation and a parity verdict against transformers "
             "(identical prompt ids and tokens, log-probs within 1e-3). Runs offline on a CPU."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=SetDefaultsHelpFormatter,
     )
     d.add_argument(
         "--arch", choices=[a for a, s in SPECS.items() if s.servable], default="llava",

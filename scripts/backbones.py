@@ -51,7 +51,7 @@ def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
     from transformers import AutoConfig
 
     from hf_bridge.validate import command
-    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS, STAGES, TRANSFORMERS_REFUSED, compared_with_nothing
+    from hf_bridge.validate.stages import STAGES, TRANSFORMERS_REFUSED, brief, compared_with_nothing, not_passed
     from hf_bridge.zoo.backbones import build_backbone_model
 
     model_dir = scratch / text_type
@@ -62,21 +62,21 @@ def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
             step = "transformers cannot read back the config it saved"  # DBRX's, nested in LLaVA's
             AutoConfig.from_pretrained(model_dir)
         except Exception as exc:  # noqa: BLE001 - recorded with its cause
-            NOT_BUILT[text_type] = f"{step}: {type(exc).__name__}: {' '.join(str(exc).split())[:DETAIL_CHARS]}"
+            NOT_BUILT[text_type] = f"{step}: {type(exc).__name__}: {brief(str(exc), DETAIL_CHARS)}"
     if text_type in NOT_BUILT:
         return 3, NOT_BUILT[text_type], 0.0
     start = time.perf_counter()
     report = command.run(model_dir, impl, case_names=list(CASES))
-    others = [v for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
+    others, unrun = not_passed(report.verdicts)
     said = f"{len(others)} verdict(s) not passed, first {others[0].case} {others[0].stage}: {others[0].outcome}: " \
-        f"{' '.join(others[0].detail.split())[:DETAIL_CHARS]}" if others else ""
-    if not others and any(v.outcome == NOT_APPLICABLE for v in report.verdicts):
-        refused = [v for v in report.verdicts if v.outcome == NOT_APPLICABLE and v.detail.startswith(TRANSFORMERS_REFUSED)]
-        first = (refused or [v for v in report.verdicts if v.outcome == NOT_APPLICABLE])[0]
+        f"{brief(others[0].detail, DETAIL_CHARS)}" if others else ""
+    if not others and unrun:
+        refused = [v for v in unrun if v.detail.startswith(TRANSFORMERS_REFUSED)]
+        first = (refused or unrun)[0]
         nothing = sorted({stage for _, stage in compared_with_nothing(report.verdicts)}, key=STAGES.index)
         others_pass = " (the other stages pass)" if len(nothing) < len({v.stage for v in report.verdicts}) else ""
         unchecked = f"{', '.join(nothing)} compared with nothing{others_pass}: " if nothing else ""
-        said = f"n/a: {unchecked}{' '.join(first.detail.split())[:DETAIL_CHARS]}"
+        said = f"n/a: {unchecked}{brief(first.detail, DETAIL_CHARS)}"
     return report.exit_code, said, time.perf_counter() - start
 
 

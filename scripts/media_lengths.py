@@ -78,16 +78,14 @@ def cases_file(modality: str, media: Path) -> Path:
 def verdicts(model_dir: Path, modality: str, media: Path) -> dict[str, str]:
     """Per case: pass, naming what transformers could not run; or each stage not passed."""
     from hf_bridge.validate.command import run
-    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+    from hf_bridge.validate.stages import brief, not_passed
 
     report = run(model_dir, "hf_bridge", cases_file=cases_file(modality, media))
     said = {}
     for name, _, _ in CASES[modality]:
-        own = [v for v in report.verdicts if v.case == name]
-        failed = [v for v in own if v.outcome not in (PASS, NOT_APPLICABLE)]
-        unrun = [v for v in own if v.outcome == NOT_APPLICABLE]
+        failed, unrun = not_passed(v for v in report.verdicts if v.case == name)
         named = failed or unrun
-        first = f"{named[0].stage}: {' '.join(named[0].detail.split())[:DETAIL_CHARS]}" if named else ""
+        first = f"{named[0].stage}: {brief(named[0].detail, DETAIL_CHARS)}" if named else ""
         if failed:
             said[name] = f"{', '.join(v.stage for v in failed)} {failed[0].outcome}; {first}"
         else:

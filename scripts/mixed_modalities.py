@@ -76,14 +76,13 @@ def check(model_dir: Path, combination: tuple[str, ...], per_request: dict | Non
     """The verdict of one combination: pass, naming the stages transformers could not run; or
     the exit code and each verdict that did not pass."""
     from hf_bridge.validate.command import run
-    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+    from hf_bridge.validate.stages import brief, not_passed
 
     given = {key: value for modality in combination for key, value in items()[modality].items()}
     report = run(model_dir, "hf_bridge", prompt="Compare these.", mm_processor_kwargs=per_request, **given)
-    failed = [v for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
-    unrun = [v for v in report.verdicts if v.outcome == NOT_APPLICABLE]
+    failed, unrun = not_passed(report.verdicts)
     named = failed or unrun
-    said = "; ".join(f"{v.stage}: {v.outcome}: {' '.join(v.detail.split())[:DETAIL_CHARS]}" for v in named[:1])
+    said = "; ".join(f"{v.stage}: {v.outcome}: {brief(v.detail, DETAIL_CHARS)}" for v in named[:1])
     if failed:
         return f"exit {report.exit_code}: {len(failed)} not passed, first {said}"
     if unrun:

@@ -277,15 +277,15 @@ def check(setting: Setting, scratch: Path, impl: str = "hf_bridge") -> tuple[int
     transformers cannot run, so nothing was compared) are named alike: a pass must not
     hide them."""
     from hf_bridge.validate import command
-    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+    from hf_bridge.validate.stages import not_passed
 
     model_dir = scratch / setting.name
     if not model_dir.exists():
         model_dir = _checkpoint(setting, model_dir)
     start = time.perf_counter()
     report = command.run(model_dir, impl, stage_names=setting.stages, mm_processor_kwargs=setting.per_request or None)
-    others = [v for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
-    unchecked = [v for v in report.verdicts if v.outcome == NOT_APPLICABLE and not v.detail.startswith(command.NO_MEDIA)]
+    others, unrun = not_passed(report.verdicts)
+    unchecked = [v for v in unrun if not v.detail.startswith(command.NO_MEDIA)]
     named, what = (others, "not passed") if others else (unchecked, "not applicable")
     said = f"{len(named)} verdict(s) {what}, first {named[0].case} {named[0].stage}: {named[0].outcome}: " \
         f"{named[0].detail[:DETAIL_CHARS]}" if named else ""

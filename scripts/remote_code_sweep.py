@@ -31,7 +31,7 @@ def check(arch: str, root: Path, impl: str = "hf_bridge", own_config: bool = Tru
     """(validate's exit code, each verdict that neither passed nor was n/a) for `arch`'s
     remote-code copy under `root` (written there once)."""
     from hf_bridge.validate.command import run
-    from hf_bridge.validate.stages import NOT_APPLICABLE, PASS
+    from hf_bridge.validate.stages import not_passed
     from hf_bridge.zoo import build
     from hf_bridge.zoo.remote_code import remote_code_copy
 
@@ -39,7 +39,7 @@ def check(arch: str, root: Path, impl: str = "hf_bridge", own_config: bool = Tru
     if not model_dir.exists():
         remote_code_copy(build(arch), model_dir, own_config=own_config)
     report = run(model_dir, impl, case_names=cases(arch), trust_remote_code=True)
-    others = [f"{v.case} {v.stage}: {v.outcome}: {v.detail}" for v in report.verdicts if v.outcome not in (PASS, NOT_APPLICABLE)]
+    others = [f"{v.case} {v.stage}: {v.outcome}: {v.detail}" for v in not_passed(report.verdicts)[0]]
     return report.exit_code, others
 
 

@@ -22,6 +22,17 @@ def test_help_says_every_zoo_architecture_keeps_parity_on_a_cpu(capsys):
     assert "--model MODEL" in text
 
 
+@pytest.mark.parametrize("command", ["demo", "validate"])
+def test_help_gives_the_defaults_an_option_has_and_no_empty_ones(command, capsys):
+    """An unset option or a flag had read "(default: None)" or "(default: False)", beside
+    help that names the real default ("--max-tokens N ... (default 8)")."""
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert ("(default: llava)" if command == "demo" else "(default: hf_bridge)") in text
+
+
 def test_a_cached_build_is_reused_and_said_so(zoo, capsys):
     built = zoo("llava")
     args = cli.build_parser().parse_args(["demo", "--arch", "llava"])

@@ -85,6 +85,16 @@ def test_exit_code_never_passes_what_was_not_checked(outcomes):
         assert code == 0
 
 
+@given(st.lists(st.sampled_from([PASS, FAIL, NOT_CHECKED, NOT_APPLICABLE]), max_size=8))
+def test_the_verdicts_a_summary_names_are_every_one_not_passed_in_order(outcomes):
+    """The sweeps' tables name a case's failed or unchecked verdicts first, else its n/a ones."""
+    verdicts = [Verdict("hf_bridge", f"c{i}", "decoding", o) for i, o in enumerate(outcomes)]
+    failed, unrun = stages.not_passed(iter(verdicts))
+    assert failed == [v for v in verdicts if v.outcome in (FAIL, NOT_CHECKED)]
+    assert unrun == [v for v in verdicts if v.outcome == NOT_APPLICABLE]
+    assert stages.brief(" a\n  b   c ", 4) == "a b "
+
+
 REFUSED = "transformers: RuntimeError: The size of tensor a (2) must match the size of tensor b (0) at non-singleton dimension 1"
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..help_format import SetDefaultsHelpFormatter
 from . import stages
 from .cases import IMAGE_SIDE, VALIDATE_CASES, cases_of
 from .checkpoint import feature_ids, load_processor, refuse_untrusted_code, remote_code_trusted, trusts_remote_code
@@ -554,7 +555,6 @@ def transformers_side_wanted(model_dir: str, cases: list, stage_names: Sequence[
                              scratch: Path) -> tuple[dict[str, list[str]], RowsWanted | None]:
     """What transformers' side of the run computes: the references decoding lacks, and the
     encoder rows the processing and encoder stages compare with (None where they do not run)."""
-
     wanted = missing_references(model_dir, cases, check.reference_dtypes) if "decoding" in stage_names else {}
     rows = None
     if "encoder" in stage_names or "processing" in stage_names:
@@ -625,7 +625,7 @@ def add_parser(sub) -> None:
             "decoding (identical prompt ids and greedy tokens, log-probs within 1e-3, float32). Exit code 0: every "
             "stage checked passed; 1: a stage failed; 2: a stage could not be checked."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=SetDefaultsHelpFormatter,
     )
     v.add_argument("model", help="checkpoint directory (config, weights, processor), or a hub id where the hub is reachable")
     v.add_argument("--impl", choices=[*IMPLS, "all"], default="hf_bridge", help="the vLLM implementation to check")

@@ -233,6 +233,19 @@ def last_exception(output: str, limit: int = 400) -> str:
     return " ... ".join(message)[:limit]
 
 
+def not_passed(verdicts: Iterable[Verdict]) -> tuple[list[Verdict], list[Verdict]]:
+    """The verdicts that failed or were not checked, then those not applicable (n/a), each
+    in order: what a summary of a run names, the first list before the second."""
+    verdicts = list(verdicts)
+    return ([v for v in verdicts if v.outcome not in (PASS, NOT_APPLICABLE)],
+            [v for v in verdicts if v.outcome == NOT_APPLICABLE])
+
+
+def brief(detail: str, chars: int) -> str:
+    """`detail` on one line, its first `chars` characters: a table cell's cause."""
+    return " ".join(detail.split())[:chars]
+
+
 def compared_with_nothing(verdicts: Iterable[Verdict]) -> list[tuple[str, str]]:
     """(implementation, stage) where no case passed and transformers itself could not run
     one: that stage of the engine was compared with nothing (a checkpoint transformers
