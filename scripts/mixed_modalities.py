@@ -112,13 +112,17 @@ def main() -> None:
                     "n/a: transformers itself raised on the prompt, so nothing was compared.", ("architecture", "items"), rows)
 
 
-def write_table(out: Path, title: str, script: str, doc: str, notes: str, columns: tuple[str, ...], rows: list[str]) -> None:
+STRICT = "Decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3, float32."
+
+
+def write_table(out: Path, title: str, script: str, doc: str, notes: str, columns: tuple[str, ...], rows: list[str],
+                rule: str = STRICT) -> None:
     """A script's markdown table: what its docstring's first paragraph says it runs, the
     rule decoding is judged by, `notes`, then a row per check, hf_bridge's verdict last."""
     out.write_text(
         f"# {title}\n\n"
         f"`scripts/{script}` ({time.strftime('%Y-%m-%d')}): {' '.join(doc.split(chr(10) * 2)[0].split())} "
-        f"Decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3, float32. {notes}\n\n"
+        f"{rule} {notes}\n\n"
         f"| {' | '.join(columns)} | hf_bridge |\n|{'---|' * (len(columns) + 1)}\n" + "\n".join(rows) + "\n"
     )
 
