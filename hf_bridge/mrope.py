@@ -16,7 +16,7 @@ import torch
 
 from .embeds import GRID_FIELDS, POSITION_FIELDS
 from .features import accepted_kwargs
-from .hf_classes import method_source, method_tree
+from .hf_classes import code_names, method_tree
 
 ROPE_INDEX_METHOD = "get_rope_index"
 """transformers' method computing a prompt's M-RoPE positions."""
@@ -124,8 +124,7 @@ def names_handed_over(model_class: type, get_rope_index: Callable) -> dict[str, 
     parameters = [name for name in inspect.signature(get_rope_index).parameters if name != "self"]  # bound or not
     handed = {}
     for name, method in inspect.getmembers(model_class, inspect.isfunction):
-        source = method_source(model_class, name) if name != ROPE_INDEX_METHOD else None
-        if source is None or f".{ROPE_INDEX_METHOD}(" not in source:
+        if name == ROPE_INDEX_METHOD or ROPE_INDEX_METHOD not in code_names(model_class, name):
             continue
         tree = method_tree(model_class, name)
         caller_arguments = set(inspect.signature(method).parameters)

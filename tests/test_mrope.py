@@ -9,10 +9,13 @@ transformers' processor gives it for the whole prompt.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hf_bridge import hf_classes
 from hf_bridge.mrope import MROPE_AXES, Derivation, PlacedItem, derivations, item_fields, mrope_positions, names_handed_over
 
 
@@ -82,6 +85,29 @@ def test_fields_the_forward_hands_over_under_another_name_reach_the_method_by_it
     assert seen["times"].tolist() == [[1.5]]
     # the whole prompt attended, as transformers' generate hands it over
     assert seen["mask"].tolist() == [[1] * 6]
+
+
+def test_only_the_methods_whose_code_calls_get_rope_index_have_their_source_read(monkeypatch):
+    """Reading every method's source, the hundreds a model class inherits included, took
+    150 ms of a Qwen2-VL engine's first request (three times the in-tree backend's whole
+    first request); the code objects say which methods call it."""
+    from transformers import Qwen2_5OmniThinkerForConditionalGeneration as Thinker
+
+    from hf_bridge import mrope
+
+    source, read = hf_classes.method_source, []
+
+    def reading(cls, name="forward"):
+        read.append(name)
+        return source(cls, name)
+
+    monkeypatch.setattr(hf_classes, "method_source", reading)
+    monkeypatch.setattr(mrope, "method_source", reading, raising=False)  # where it reads sources itself
+    assert names_handed_over(Thinker, Thinker.get_rope_index) == {
+        "audio_seqlens": "audio_feature_lengths", "second_per_grids": "video_second_per_grid"}
+    callers = {name for name, _ in inspect.getmembers(Thinker, inspect.isfunction)
+               if name != "get_rope_index" and ".get_rope_index(" in (source(Thinker, name) or "")}
+    assert set(read) == callers and 0 < len(callers) < 5
 
 
 def test_what_the_forward_derives_from_the_fields_is_derived_per_item_and_joined_as_it_is():
