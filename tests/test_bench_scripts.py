@@ -120,3 +120,15 @@ def test_carried_state_benchmark_prints_both_decoders_transformers_and_the_share
     share = re.search(r"in-process engine \(compiled\), state model: [0-9.]+ req/s, ([0-9]+)% of the time in the state "
                       r"layers' forward, of it ([0-9]+)% in transformers' module itself and (-?[0-9]+)% in hf_bridge's", out)
     assert share and 0 < int(share.group(1)) < 100 and 0 < int(share.group(2)) <= int(share.group(1)), out
+
+
+@pytest.mark.bench
+def test_startup_benchmark_prints_each_stage_for_both_backends():
+    """bench/startup.py, one round of the tiny LLaVA, eager: import, engine, first request and
+    their total, each with both backends' seconds and the ratio."""
+    done = subprocess.run([sys.executable, str(BENCH / "startup.py"), "--models", "llava", "--modes", "eager",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("llava ")]
+    assert [r[23:37].strip() for r in rows] == ["import", "engine", "first request", "total"], done.stdout
+    assert all(float(x) > 0 for r in rows for x in r[37:].split()), rows
