@@ -11,12 +11,11 @@ float32 result; the encoder stage compares rows in float32 only, so it is n/a he
 
 from __future__ import annotations
 
-import argparse
 import re
 import tempfile
 from pathlib import Path
 
-from mixed_modalities import DETAIL_CHARS, checkpoint, write_table
+from mixed_modalities import DETAIL_CHARS, checkpoint, table_script_parser, write_table
 
 TYPES = ("aria", "aya_vision", "chameleon", "cohere2_vision", "cohere_compass", "cosmos3_edge", "deepseek_ocr2",
          "deepseek_vl", "deepseek_vl_hybrid", "ernie4_5_vl_moe", "exaone4_5", "fuyu", "gemma3", "gemma3n", "gemma4",
@@ -53,10 +52,8 @@ def check(model_dir: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = table_script_parser(__doc__)
     parser.add_argument("--types", nargs="+", default=list(TYPES))
-    parser.add_argument("--scratch", type=Path, help="keep the sweep's builds here (default: a temporary directory)")
-    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as temporary:

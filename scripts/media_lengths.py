@@ -12,12 +12,11 @@ every stage against transformers, through hf_bridge.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
-from mixed_modalities import DETAIL_CHARS, checkpoint, modalities, write_table
+from mixed_modalities import DETAIL_CHARS, checkpoint, modalities, table_script_parser, write_table
 
 AUDIO_TYPES = ("gemma3n", "gemma4", "gemma4_unified", "glmasr", "nemotron_h_omni", "phi4_multimodal", "qwen2_5_omni",
                "qwen2_audio", "qwen3_asr", "qwen3_omni_moe")
@@ -94,11 +93,9 @@ def verdicts(model_dir: Path, modality: str, media: Path) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = table_script_parser(__doc__)
     parser.add_argument("--modalities", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--types", nargs="+", help="only these types (default: every type of each modality)")
-    parser.add_argument("--scratch", type=Path, help="keep the sweep's builds here (default: a temporary directory)")
-    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as temporary:

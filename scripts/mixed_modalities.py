@@ -91,10 +91,8 @@ def check(model_dir: Path, combination: tuple[str, ...], per_request: dict | Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = table_script_parser(__doc__)
     parser.add_argument("--types", nargs="+", default=[*ZOO, *SWEEP_TYPES])
-    parser.add_argument("--scratch", type=Path, help="keep the sweep's builds here (default: a temporary directory)")
-    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as temporary:
@@ -110,6 +108,14 @@ def main() -> None:
     if args.out:
         write_table(args.out, "Prompts that mix modalities", "mixed_modalities.py", __doc__,
                     "n/a: transformers itself raised on the prompt, so nothing was compared.", ("architecture", "items"), rows)
+
+
+def table_script_parser(doc: str) -> argparse.ArgumentParser:
+    """A table script's command line: where to keep the sweep's builds, and where to write its table."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--scratch", type=Path, help="keep the sweep's builds here (default: a temporary directory)")
+    parser.add_argument("--out", type=Path, help="write the table here (markdown)")
+    return parser
 
 
 STRICT = "Decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3, float32."
