@@ -5,7 +5,7 @@ transformers in bfloat16 (identical prompt ids, greedy tokens by vLLM's own test
 rule, log-probs within 3 times transformers' own bfloat16 rounding, its distance from its
 float32 result; the encoder stage compares rows in float32 only, so it is n/a here).
 
-    .venv/bin/python scripts/bfloat16.py --out BFLOAT16.md        # all (about 30 minutes)
+    .venv/bin/python scripts/bfloat16.py --out BFLOAT16.md        # all (about 25 minutes)
     .venv/bin/python scripts/bfloat16.py --types kimi_k25 gemma3n  # printed only
 """
 
@@ -39,9 +39,9 @@ def check(model_dir: Path) -> str:
 
     report = run(model_dir, "hf_bridge", dtype="bfloat16")
     failed, _ = not_passed(report.verdicts)
-    if failed:
-        return f"exit {report.exit_code}: " + "; ".join(
-            f"{v.case} {v.stage}: {v.outcome}: {brief(v.detail, DETAIL_CHARS)}" for v in failed)
+    if failed or report.exit_code:
+        return f"exit {report.exit_code}: " + ("; ".join(
+            f"{v.case} {v.stage}: {v.outcome}: {brief(v.detail, DETAIL_CHARS)}" for v in failed) or report.summary)
     decoded = [v for v in report.verdicts if v.stage == "decoding" and MEASURED.search(v.detail)]
     if not decoded:
         return f"exit {report.exit_code}: no decoding case compared"
