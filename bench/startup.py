@@ -5,7 +5,8 @@ What a notebook or an offline script waits for, in a fresh process each time (th
 registers at process start; `HF_BRIDGE_DISABLE=1` gives the in-tree backend), the two
 backends alternating, medians of `--rounds`:
 
-- **import**: `import vllm` (with the plugin's entry point, where installed);
+- **import**: `import vllm` (with the plugin's entry point, where installed), torch and
+  transformers already imported;
 - **engine**: `LLM(...)` until it returns, in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
   as the notebooks and `hf-bridge validate` start it), eager or compiled (`--modes`):
   config, processor, the model built and loaded, hf_bridge's probes of its processor and
