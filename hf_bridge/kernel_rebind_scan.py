@@ -17,13 +17,19 @@ patch: vLLM has no hook for the scan.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
+
+PLAIN_NAMESPACES = (dict, MappingProxyType)
+"""What nearly every `__dict__` is (an instance's, a class's): let through on an exact type
+check: the scan reads about 175,000 of them as an engine starts, and the ABC check on
+each cost it about 35 ms, where the builtin `vars` takes about 50 ms for the whole scan."""
 
 
 def namespace_of(value: Any) -> Mapping:
     """`vars(value)`, or an empty namespace where `value` answers `__dict__` with a non-mapping."""
     namespace = vars(value)
-    return namespace if isinstance(namespace, Mapping) else {}
+    return namespace if type(namespace) in PLAIN_NAMESPACES or isinstance(namespace, Mapping) else {}
 
 
 def install() -> None:

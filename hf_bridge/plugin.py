@@ -257,14 +257,17 @@ _PLACEMENT: dict[tuple[str, str | None], dict[str, str] | None] = {}
 
 
 def _probe_placement(model_config) -> dict[str, str] | None:
-    from vllm.transformers_utils.processor import get_processor
+    from vllm.transformers_utils.processor import cached_get_processor
 
     from .hf_classes import config_built_from
     from .probes import ProcessorProbe
     from .processing import hf_processor_class
 
     try:
-        processor = get_processor(
+        # vLLM's processing loads the same processor with these very arguments first
+        # (`cached_get_processor_without_dynamic_kwargs`): its cache then answers, and the
+        # checkpoint's processor and tokenizer are read once, not twice
+        processor = cached_get_processor(
             model_config.model, revision=model_config.revision, trust_remote_code=model_config.trust_remote_code,
             processor_cls=hf_processor_class(model_config.model, model_config.revision),
         )

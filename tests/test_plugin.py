@@ -204,6 +204,65 @@ def test_startup_line_reaches_the_console_of_a_plain_llm(zoo):
     assert "hf_bridge 0.1.0 handles LlavaForConditionalGeneration (model_type=llava)" in done.stdout + done.stderr
 
 
+def test_the_processor_routing_probes_is_the_one_vllms_processing_loads_first(zoo):
+    """Routing asks whether hf_bridge can place the checkpoint's items, with its processor
+    (`plugin._probe_placement`). It loads that processor through vLLM's own cache, with
+    the arguments vLLM's processing loads it with first (the processor's defaults), so
+    the checkpoint's processor and tokenizer are read once per engine start, as without
+    hf_bridge: its own load had read them a second time (a real checkpoint's tokenizer
+    takes a good part of a second)."""
+    from vllm.config import ModelConfig
+    from vllm.plugins import load_general_plugins
+    from vllm.tokenizers import cached_tokenizer_from_config
+    from vllm.transformers_utils.processor import cached_get_processor, cached_processor_from_config
+
+    from hf_bridge import plugin
+    from hf_bridge.processing import hf_processor_class
+
+    load_general_plugins()
+    config = ModelConfig(model=str(zoo("llava")), model_impl="transformers", dtype="float32", max_model_len=4096)
+    assert config.architecture == "HFBridgeForConditionalGeneration"
+    plugin._PLACEMENT.clear()
+    cached_get_processor.cache_clear()
+    assert plugin.unplaceable(config) is None
+    routed = cached_get_processor.cache_info()
+    assert routed.misses == 1, "routing read the processor around vLLM's cache"
+    # what vLLM's processing asks for (`InputProcessingContext.get_hf_processor`)
+    cached_processor_from_config(config, hf_processor_class(config.model, config.revision),
+                                 tokenizer=cached_tokenizer_from_config(config))
+    served = cached_get_processor.cache_info()
+    assert served.hits > routed.hits and served.misses == routed.misses + 1  # only the load with its tokenizer
+
+
+def test_the_scans_namespace_is_vars_own_answer_wherever_that_is_a_mapping():
+    """What vLLM's kernel override scan reads in place of `vars(value)`: what `vars`
+    returns for an instance, a class (a mappingproxy) and a module, and for an object
+    whose `__dict__` is some other mapping; an empty namespace only where
+    `__dict__` answers with something that is no mapping (llvmlite's `ffi.lib`)."""
+    import collections
+    import json as a_module
+
+    from hf_bridge.kernel_rebind_scan import namespace_of
+
+    class Instance:
+        def __init__(self):
+            self.kernel = "k"
+
+    class OwnMapping:
+        __dict__ = collections.OrderedDict(kernel="k")
+
+    class NotAMapping:
+        @property
+        def __dict__(self):
+            return len
+
+    for value in (Instance(), Instance, a_module, OwnMapping()):
+        namespace = namespace_of(value)
+        assert type(namespace) is type(vars(value)) and namespace == vars(value)
+    assert namespace_of(Instance())["kernel"] == "k" and namespace_of(OwnMapping())["kernel"] == "k"
+    assert namespace_of(NotAMapping()) == {}
+
+
 def test_cpu_engine_starts_in_a_process_that_imported_numba(zoo):
     """A notebook that imported numba (librosa does) before `LLM(...)`: vLLM's CPU kernel
     override scan read llvmlite's `ffi.lib` as a module namespace, and the engine failed to
