@@ -265,8 +265,8 @@ def _probe_placement(model_config) -> dict[str, str] | None:
 
     try:
         # vLLM's processing loads the same processor with these very arguments first
-        # (`cached_get_processor_without_dynamic_kwargs`): its cache then answers, and the
-        # checkpoint's processor and tokenizer are read once, not twice
+        # (`cached_get_processor_without_dynamic_kwargs`): its cache then answers, so
+        # routing adds no read of the checkpoint's processor and tokenizer
         processor = cached_get_processor(
             model_config.model, revision=model_config.revision, trust_remote_code=model_config.trust_remote_code,
             processor_cls=hf_processor_class(model_config.model, model_config.revision),

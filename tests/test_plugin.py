@@ -208,9 +208,9 @@ def test_the_processor_routing_probes_is_the_one_vllms_processing_loads_first(zo
     """Routing asks whether hf_bridge can place the checkpoint's items, with its processor
     (`plugin._probe_placement`). It loads that processor through vLLM's own cache, with
     the arguments vLLM's processing loads it with first (the processor's defaults), so
-    the checkpoint's processor and tokenizer are read once per engine start, as without
-    hf_bridge: its own load had read them a second time (a real checkpoint's tokenizer
-    takes a good part of a second)."""
+    routing adds no read of the checkpoint's processor and tokenizer to those vLLM makes
+    itself: its own load had added one (a real checkpoint's tokenizer takes a good part of
+    a second to read)."""
     from vllm.config import ModelConfig
     from vllm.plugins import load_general_plugins
     from vllm.tokenizers import cached_tokenizer_from_config
