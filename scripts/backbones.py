@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mixed_modalities import write_table
+
 CARRYING_STATE = (
     "bamba", "falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "qwen3_next", "lfm2", "lfm2_moe",
     "olmo_hybrid", "kimi_linear", "minimax", "zamba", "zamba2", "mamba", "mamba2", "falcon_mamba", "recurrent_gemma",
@@ -51,7 +53,7 @@ def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
     from transformers import AutoConfig
 
     from hf_bridge.validate import command
-    from hf_bridge.validate.stages import STAGES, TRANSFORMERS_REFUSED, brief, compared_with_nothing, not_passed
+    from hf_bridge.validate.stages import STAGES, TRANSFORMERS_REFUSED, brief, compared_with_nothing, first_of, not_passed
     from hf_bridge.zoo.backbones import build_backbone_model
 
     model_dir = scratch / text_type
@@ -68,8 +70,7 @@ def check(text_type: str, scratch: Path, impl: str) -> tuple[int, str, float]:
     start = time.perf_counter()
     report = command.run(model_dir, impl, case_names=list(CASES))
     others, unrun = not_passed(report.verdicts)
-    said = f"{len(others)} verdict(s) not passed, first {others[0].case} {others[0].stage}: {others[0].outcome}: " \
-        f"{brief(others[0].detail, DETAIL_CHARS)}" if others else ""
+    said = first_of(others, "not passed", DETAIL_CHARS) if others else ""
     if not others and unrun:
         refused = [v for v in unrun if v.detail.startswith(TRANSFORMERS_REFUSED)]
         first = (refused or unrun)[0]
@@ -113,20 +114,15 @@ def main() -> None:
                 kinds = "?" if text_type in NOT_BUILT else layer_kinds(Path(scratch) / text_type)
                 rows.append(f"| {text_type} | {group} | {kinds} | {' | '.join(verdicts)} |")
     if args.out:
-        args.out.write_text(
-            "# Decoders behind a tower\n\n"
-            f"`scripts/backbones.py` ({time.strftime('%Y-%m-%d')}): the zoo's LLaVA (CLIP tower, its processor) over "
-            "transformers' default config of each text type, shrunk as the sweep shrinks text, with its "
-            "`BACKBONE_SETTINGS` where the default would not build or would lose a kind of layer "
-            "(`hf_bridge/zoo/backbones.py`), cases "
-            f"{', '.join(CASES)}, every stage through `hf-bridge validate --impl` against transformers (decoding strict: "
-            "identical prompt ids and greedy tokens, log-probs within 1e-3, float32). Exit 1: a stage failed, "
-            "named with its cause; exit 2: one could not be checked; exit 3: the checkpoint did not build, or transformers could not read it back; n/a: "
-            "transformers itself cannot run the shrunk model's cases, and the stages it names were compared with "
-            "nothing.\n\n"
-            f"| text type | kind | layer types | {' | '.join(args.impls)} |\n"
-            f"|---|---|---|{'---|' * len(args.impls)}\n" + "\n".join(rows) + "\n"
-        )
+        write_table(args.out, "Decoders behind a tower", "backbones.py",
+                    "the zoo's LLaVA (CLIP tower, its processor) over transformers' default config of each text type, "
+                    "shrunk as the sweep shrinks text, with its `BACKBONE_SETTINGS` where the default would not build or "
+                    f"would lose a kind of layer (`hf_bridge/zoo/backbones.py`), cases {', '.join(CASES)}, every stage "
+                    "through `hf-bridge validate --impl` against transformers.",
+                    "Exit 1: a stage failed, named with its cause; exit 2: one could not be checked; exit 3: the "
+                    "checkpoint did not build, or transformers could not read it back; n/a: transformers itself cannot "
+                    "run the shrunk model's cases, and the stages it names were compared with nothing.",
+                    ("text type", "kind", "layer types"), rows, impls=tuple(args.impls))
 
 
 if __name__ == "__main__":

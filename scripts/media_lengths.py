@@ -77,19 +77,10 @@ def cases_file(modality: str, media: Path) -> Path:
 def verdicts(model_dir: Path, modality: str, media: Path) -> dict[str, str]:
     """Per case: pass, naming what transformers could not run; or each stage not passed."""
     from hf_bridge.validate.command import run
-    from hf_bridge.validate.stages import brief, not_passed
+    from hf_bridge.validate.stages import case_cell
 
     report = run(model_dir, "hf_bridge", cases_file=cases_file(modality, media))
-    said = {}
-    for name, _, _ in CASES[modality]:
-        failed, unrun = not_passed(v for v in report.verdicts if v.case == name)
-        named = failed or unrun
-        first = f"{named[0].stage}: {brief(named[0].detail, DETAIL_CHARS)}" if named else ""
-        if failed:
-            said[name] = f"{', '.join(v.stage for v in failed)} {failed[0].outcome}; {first}"
-        else:
-            said[name] = f"n/a: transformers cannot run it ({first})" if unrun else "pass"
-    return said
+    return {name: case_cell((v for v in report.verdicts if v.case == name), DETAIL_CHARS) for name, _, _ in CASES[modality]}
 
 
 def main() -> None:

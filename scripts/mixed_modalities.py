@@ -73,21 +73,13 @@ def checkpoint(name: str, scratch: Path) -> Path:
 
 
 def check(model_dir: Path, combination: tuple[str, ...], per_request: dict | None = None) -> str:
-    """The verdict of one combination: pass, naming the stages transformers could not run; or
-    the exit code and each verdict that did not pass."""
+    """The cell of one combination, a case of its own (`stages.case_cell`)."""
     from hf_bridge.validate.command import run
-    from hf_bridge.validate.stages import brief, not_passed
+    from hf_bridge.validate.stages import case_cell
 
     given = {key: value for modality in combination for key, value in items()[modality].items()}
     report = run(model_dir, "hf_bridge", prompt="Compare these.", mm_processor_kwargs=per_request, **given)
-    failed, unrun = not_passed(report.verdicts)
-    named = failed or unrun
-    said = "; ".join(f"{v.stage}: {v.outcome}: {brief(v.detail, DETAIL_CHARS)}" for v in named[:1])
-    if failed:
-        return f"exit {report.exit_code}: {len(failed)} not passed, first {said}"
-    if unrun:
-        return f"n/a: transformers cannot run it ({said})"
-    return "pass"
+    return case_cell(report.verdicts, DETAIL_CHARS)
 
 
 def main() -> None:
@@ -122,14 +114,16 @@ STRICT = "Decoding strict: identical prompt ids and greedy tokens, log-probs wit
 
 
 def write_table(out: Path, title: str, script: str, doc: str, notes: str, columns: tuple[str, ...], rows: list[str],
-                rule: str = STRICT) -> None:
-    """A script's markdown table: what its docstring's first paragraph says it runs, the
-    rule decoding is judged by, `notes`, then a row per check, hf_bridge's verdict last."""
+                rule: str = STRICT, impls: tuple[str, ...] = ("hf_bridge",)) -> None:
+    """A script's markdown table: what its docstring's first paragraph (or `doc`, one
+    paragraph) says it runs, the rule decoding is judged by, `notes`, then a row per check,
+    a verdict column per implementation of `impls` last."""
+    header = (*columns, *impls)
     out.write_text(
         f"# {title}\n\n"
         f"`scripts/{script}` ({time.strftime('%Y-%m-%d')}): {' '.join(doc.split(chr(10) * 2)[0].split())} "
         f"{rule} {notes}\n\n"
-        f"| {' | '.join(columns)} | hf_bridge |\n|{'---|' * (len(columns) + 1)}\n" + "\n".join(rows) + "\n"
+        f"| {' | '.join(header)} |\n|{'---|' * len(header)}\n" + "\n".join(rows) + "\n"
     )
 
 

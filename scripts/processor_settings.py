@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mixed_modalities import write_table
+
 ALL_STAGES = ("processing", "encoder", "decoding")
 PINPOINTS = [[56, 168], [168, 56], [112, 112], [56, 56]]
 PAN_AND_SCAN = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 28, "pan_and_scan_max_num_crops": 2,
@@ -277,7 +279,7 @@ def check(setting: Setting, scratch: Path, impl: str = "hf_bridge") -> tuple[int
     transformers cannot run, so nothing was compared) are named alike: a pass must not
     hide them."""
     from hf_bridge.validate import command
-    from hf_bridge.validate.stages import not_passed
+    from hf_bridge.validate.stages import first_of, not_passed
 
     model_dir = scratch / setting.name
     if not model_dir.exists():
@@ -287,8 +289,7 @@ def check(setting: Setting, scratch: Path, impl: str = "hf_bridge") -> tuple[int
     others, unrun = not_passed(report.verdicts)
     unchecked = [v for v in unrun if not v.detail.startswith(command.NO_MEDIA)]
     named, what = (others, "not passed") if others else (unchecked, "not applicable")
-    said = f"{len(named)} verdict(s) {what}, first {named[0].case} {named[0].stage}: {named[0].outcome}: " \
-        f"{named[0].detail[:DETAIL_CHARS]}" if named else ""
+    said = first_of(named, what, DETAIL_CHARS) if named else ""
     return report.exit_code, said, time.perf_counter() - start
 
 
@@ -344,22 +345,19 @@ def main() -> None:
                     verdict = f"pass ({others})" if others else "pass"
                 else:
                     verdict = f"exit {code}: {others}"
-                verdicts.append(" ".join(verdict.split()).replace("|", "\\|"))  # one table cell: a processor's error may span lines
+                verdicts.append(verdict.replace("|", "\\|"))
                 print(f"{setting.name} / {impl}: {verdicts[-1]} ({seconds:.0f} s)", flush=True)
             rows.append(f"| {setting.arch} | {setting.what} | {how(setting)} | {', '.join(setting.stages)} | {' | '.join(verdicts)} |")
     if args.append:
         args.out.write_text(args.out.read_text().rstrip("\n") + "\n" + "\n".join(rows) + "\n")
     elif args.out:
-        args.out.write_text(
-            "# Processor settings\n\n"
-            f"`scripts/processor_settings.py` ({time.strftime('%Y-%m-%d')}): zoo checkpoints, and the sweep's checkpoints "
-            "of types outside the zoo, with settings the tests never use, every standard case through `hf-bridge validate --impl` (against transformers with the same "
-            "setting; decoding strict: identical prompt ids and greedy tokens, log-probs within 1e-3). Exit 1: a "
-            "stage failed, each named with its cause; exit 2: one could not be checked. A pass names the verdicts not "
-            "applicable to a case with items, if any: a case transformers itself cannot run.\n\n"
-            f"| architecture | setting | how | stages | {' | '.join(args.impls)} |\n"
-            f"|---|---|---|---|{'---|' * len(args.impls)}\n" + "\n".join(rows) + "\n"
-        )
+        write_table(args.out, "Processor settings", "processor_settings.py",
+                    "zoo checkpoints, and the sweep's checkpoints of types outside the zoo, with settings the tests "
+                    "never use, every standard case through `hf-bridge validate --impl`, against transformers with the "
+                    "same setting.",
+                    "Exit 1: a stage failed, each named with its cause; exit 2: one could not be checked. A pass names "
+                    "the verdicts not applicable to a case with items, if any: a case transformers itself cannot run.",
+                    ("architecture", "setting", "how", "stages"), rows, impls=tuple(args.impls))
 
 
 if __name__ == "__main__":

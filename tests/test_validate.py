@@ -95,6 +95,37 @@ def test_the_verdicts_a_summary_names_are_every_one_not_passed_in_order(outcomes
     assert stages.brief(" a\n  b   c ", 4) == "a b "
 
 
+@given(st.lists(st.sampled_from([PASS, FAIL, NOT_CHECKED, NOT_APPLICABLE]), min_size=3, max_size=3))
+def test_a_case_cell_names_each_stage_not_passed_under_its_own_outcome(outcomes):
+    """The tables of mixed modalities and media lengths give a case one cell. A stage not
+    checked beside one that failed must not read as failed too, nor a pass hide an n/a."""
+    verdicts = [Verdict("hf_bridge", "user", stage, o, f"{stage} said\nwhy") for stage, o in zip(stages.STAGES, outcomes)]
+    cell = stages.case_cell(verdicts, 40)
+    failed = [v for v in verdicts if v.outcome in (FAIL, NOT_CHECKED)]
+    if failed:
+        named, cause = cell.split("; ")
+        read, waiting = [], []  # "processing, encoder fail, decoding not checked": an outcome closes a run
+        for part in named.split(", "):
+            stage, _, outcome = part.partition(" ")
+            waiting.append(stage)
+            if outcome:
+                read += [(s, outcome) for s in waiting]
+                waiting = []
+        assert read == [(v.stage, v.outcome) for v in failed] and not waiting
+        assert cause == f"{failed[0].stage}: {failed[0].stage} said why"
+    elif NOT_APPLICABLE in outcomes:
+        first = next(v for v in verdicts if v.outcome == NOT_APPLICABLE)
+        assert cell == f"n/a: transformers cannot run it ({first.stage}: {first.stage} said why)"
+    else:
+        assert cell == PASS
+    mixed = [Verdict("hf_bridge", "user", "encoder", FAIL, "rows differ"),
+             Verdict("hf_bridge", "user", "decoding", NOT_CHECKED, "the engine stopped")]
+    assert stages.case_cell(mixed, 40) == "encoder fail, decoding not checked; encoder: rows differ"
+    same = [Verdict("hf_bridge", "user", s, FAIL, "vLLM's processor raised") for s in stages.STAGES]
+    assert stages.case_cell(same, 12) == "processing, encoder, decoding fail; processing: vLLM's proce"
+    assert stages.first_of(mixed, "not passed", 4) == "2 verdict(s) not passed, first user encoder: fail: rows"
+
+
 REFUSED = "transformers: RuntimeError: The size of tensor a (2) must match the size of tensor b (0) at non-singleton dimension 1"
 
 

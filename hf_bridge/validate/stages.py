@@ -9,6 +9,7 @@ parity. Nothing here reports a pass it did not check: a stage that could not run
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -244,6 +245,28 @@ def not_passed(verdicts: Iterable[Verdict]) -> tuple[list[Verdict], list[Verdict
 def brief(detail: str, chars: int) -> str:
     """`detail` on one line, its first `chars` characters: a table cell's cause."""
     return " ".join(detail.split())[:chars]
+
+
+def first_of(named: Sequence[Verdict], what: str, chars: int) -> str:
+    """A table cell's account of a run's verdicts `named` (those `not_passed` gives): how
+    many are `what` ("not passed", "not applicable"), then the first with its cause."""
+    first = named[0]
+    return (f"{len(named)} verdict(s) {what}, first {first.case} {first.stage}: {first.outcome}: "
+            f"{brief(first.detail, chars)}")
+
+
+def case_cell(verdicts: Iterable[Verdict], chars: int) -> str:
+    """A table cell's account of one case: "pass"; or each stage not passed, under its
+    outcome ("processing, decoding fail"), then the first one's cause; or, where
+    transformers itself could not run the case, the first stage it left n/a, with why."""
+    failed, unrun = not_passed(verdicts)
+    if failed:
+        runs = [f"{', '.join(v.stage for v in run)} {outcome}"
+                for outcome, run in itertools.groupby(failed, key=lambda v: v.outcome)]
+        return f"{', '.join(runs)}; {failed[0].stage}: {brief(failed[0].detail, chars)}"
+    if unrun:
+        return f"n/a: transformers cannot run it ({unrun[0].stage}: {brief(unrun[0].detail, chars)})"
+    return PASS
 
 
 def compared_with_nothing(verdicts: Iterable[Verdict]) -> list[tuple[str, str]]:

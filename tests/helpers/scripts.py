@@ -12,7 +12,10 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    """`scripts/<name>.py`, imported once (its dataclasses look their module up by name)."""
+    """`scripts/<name>.py`, imported once (its dataclasses look their module up by name),
+    its folder on the path as when it runs: scripts import each other's helpers."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
         module = sys.modules[name] = importlib.util.module_from_spec(spec)
