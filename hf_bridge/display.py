@@ -19,14 +19,15 @@ KIND_COLOURS = {TEXT: "#f3f3f3", EMBED: "#cfe3ff", PADDING: "#ffd9a8"}
 
 
 @dataclass(frozen=True)
-class ItemSummary:
+class ItemPlacement:
+    """Where one item sits in its prompt: its range and `is_embed` mask."""
+
     modality: str
     index: int
+    """Among the prompt's items of its modality."""
     offset: int
     length: int
     is_embed: Sequence[bool]
-    shapes: dict[str, str]
-    """Field name -> the shape (or value) of the item's data as the processor made it."""
 
     @property
     def num_embeds(self) -> int:
@@ -39,6 +40,12 @@ class ItemSummary:
     @property
     def label(self) -> str:
         return f"{self.modality} {self.index}"
+
+
+@dataclass(frozen=True)
+class ItemSummary(ItemPlacement):
+    shapes: dict[str, str]
+    """Field name -> the shape (or value) of the item's data as the processor made it."""
 
 
 def describe_data(value: Any) -> str:

@@ -1,6 +1,6 @@
 """Run an HF model's own `get_<modality>_features` on one batch of items: no vLLM import.
 
-hf_bridge's wrapper encodes every item through it (`model.py`), and so does the GPU
+hf_bridge's wrapper encodes every item through it (`mm_embedding.py`), and so does the GPU
 check (`bench/encoder_graphs_gpu.py`), which captures exactly this code in a real
 `torch.cuda.CUDAGraph` on a machine without vLLM. A model with no such entry, whose
 forward encodes items inline (Qwen2-Audio), is run through that forward instead, up to

@@ -238,7 +238,7 @@ def transformers_own_config(config, model_config):
 
 
 def config_built_from(model_config):
-    """The config hf_bridge builds the HF model from (`HFBridgeBase._patch_config`):
+    """The config hf_bridge builds the HF model from (`model_building.ModelBuildingMixin._patch_config`):
     transformers' own where vLLM loaded the checkpoint's as a class of its own and
     transformers' class reads it, else vLLM's; of a whole model that hands text generation
     to one of its models, that model's (`text_generation_delegate`). What the model holds

@@ -19,22 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .display import ItemPlacement
 from .text_only_prompts import added_tokens, with_added_tokens
 
 
-@dataclass
-class ItemView:
-    modality: str
-    index: int
-    offset: int
-    length: int
-    is_embed: list[bool]
+@dataclass(frozen=True)
+class ItemView(ItemPlacement):
     data: dict[str, Any]
     """Field name -> the item's cached data (tensors as the processor made them)."""
-
-    @property
-    def num_embeds(self) -> int:
-        return sum(self.is_embed)
 
 
 @dataclass
