@@ -11,7 +11,10 @@ three things, each a class of divergence from transformers:
 - **Per-item data**: because each item is processed alone, its cached data is exactly
   what the HF processor makes of it, never padded to a neighbour (`split.py`).
 - **Counting** never depends on `_get_num_multimodal_tokens` existing or supporting a
-  modality: when the processor cannot count, the count is read from processed output.
+  modality: when the processor cannot count, the count is read from processed output
+  (`token_counts.py`).
+
+An item whose processing would lose something silently is refused (`item_checks.py`).
 """
 
 from __future__ import annotations
@@ -29,20 +32,20 @@ from transformers import BatchFeature
 from vllm.exceptions import VLLMValidationError
 from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.multimodal import (
-    _MAX_FRAMES_PER_VIDEO,
     MultiModalDummyInputsBuilder,
     MultiModalProcessingInfo,
     MultiModalProcessor,
 )
 from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
-from vllm.multimodal.parse import ImageSize, MultiModalDataItems, MultiModalDataParser
+from vllm.multimodal.parse import MultiModalDataItems, MultiModalDataParser
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, media_scale, numbering, pixel_sides, placeholders, processor_kwargs, split
+from . import LOGGER_NAME, embeds, errors, frame, media_scale, numbering, placeholders, processor_kwargs, split
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class, config_built_from
+from .item_checks import ItemChecksMixin, ProcessorKwargsRefused, clip_seconds, sent_size
 from .probes import (
     AUDIO_SECONDS,
     HF_DATA_KEYS,
@@ -51,14 +54,12 @@ from .probes import (
     ProcessorProbe,
     audio_sampling_rate,
     config_token_ids,
-    frames_asked_for,
     kwargs_key,
-    longest_audio_seconds,
     needs_video_metadata,
     samples_by_time,
-    stated_audio_seconds,
 )
 from .side_features import has_side_features
+from .token_counts import TokenCountsMixin
 from .token_inputs import media_need_token_ids
 from .video_metadata import MetadataKeepingParser, refuse_sampling_a_part, with_video_metadata
 
@@ -76,9 +77,6 @@ TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
 NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
 STACKS_KEY = "hf_bridge_{}_stacks"
 """Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
-
-MAX_COUNTED_SIDE = 1024
-"""Largest side of the blank item processed to count tokens when a processor cannot."""
 
 
 def own_keys(modality: str) -> tuple[str, ...]:
@@ -112,11 +110,7 @@ def hf_processor_class(model: str, revision: str | None) -> type:
     return own if isinstance(own, type) and issubclass(own, ProcessorMixin) else ProcessorMixin
 
 
-class ProcessorKwargsRefused(ValueError):
-    """The HF processor refused a value of the processor kwargs: the request's fault, not the item's."""
-
-
-class HFBridgeProcessingInfo(MultiModalProcessingInfo):
+class HFBridgeProcessingInfo(TokenCountsMixin, MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
     @cached_property
@@ -337,106 +331,9 @@ class HFBridgeProcessingInfo(MultiModalProcessingInfo):
             logger.info_once("hf_bridge: %s prompts get the processor's own tokens: %s", modality, learnt)
         return learnt
 
-    # -- counting ---------------------------------------------------------------------
-
-    def _get_num_image_tokens(self, size: ImageSize) -> int:
-        try:
-            return super()._get_num_image_tokens(size)
-        except (AttributeError, KeyError, TypeError, NotImplementedError):
-            return self._count_from_output("image", size)
-
-    def _get_num_video_tokens(self, num_frames: int, size: ImageSize) -> int:
-        try:
-            count = super()._get_num_video_tokens(num_frames, size)
-        except (AttributeError, KeyError, TypeError, NotImplementedError):
-            count = None
-        return count if count is not None else self._count_from_output("video", size, num_frames)
-
-    def get_max_image_tokens(self) -> int:
-        size = self.get_image_size_with_most_features()
-        return self._at_least_counted("image", super().get_max_image_tokens(), size)
-
-    def get_num_frames_with_most_features(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
-        """vLLM's count, raised to the frames a sampling video processor asks for: it
-        refuses a video with fewer (Gemma 4's samples 32, where vLLM's count gave 16)."""
-        counted = self._most_frames_that_fit(seq_len, mm_counts)
-        processor = self.probes.processor
-        asked = frames_asked_for(processor) if self._video_needs_metadata else None
-        return max(counted, asked or 0)
-
-    def _most_frames_that_fit(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
-        """vLLM's count, tried from the top first. vLLM adds frames one step at a time
-        while the videos still fit in `seq_len`, counting each step's tokens; where the
-        processor cannot count them, each count processes blank videos of every candidate
-        size. A video's tokens do not fall as frames are added, so where the most frames
-        vLLM would try fit, its search ends there. One count replaces up to 16, which were
-        Nemotron-H-Omni's 100 processor calls and 30 s of its engine start."""
-        step = self._get_min_video_frames()
-        most = max(_MAX_FRAMES_PER_VIDEO // step, 1) * step
-        if self._get_max_video_tokens_for_frames(most) * max(mm_counts.get("video", 0), 1) <= seq_len:
-            return most
-        return super().get_num_frames_with_most_features(seq_len, mm_counts)
-
-    def get_max_video_tokens(self, seq_len: int, mm_counts: Mapping[str, int]) -> int:
-        num_frames = self.get_num_frames_with_most_features(seq_len, mm_counts)
-        size = self.get_video_size_with_most_features(num_frames)
-        return self._at_least_counted("video", self._get_num_video_tokens(num_frames, size), size, num_frames)
-
-    def get_max_audio_tokens(self) -> int:
-        """The config's audio length where it names one, and the placeholder of the longest
-        clip the feature extractor takes, counted; the larger (Qwen3-ASR's config names none)."""
-        try:
-            named = super().get_max_audio_tokens()
-        except ValueError:
-            named = 0
-        seconds = longest_audio_seconds(self.probes.processor)
-        return max(named, self.probes.blank_placeholder_length("audio", seconds=seconds))
-
-    def _at_least_counted(self, modality: str, counted: int, size: ImageSize, num_frames: int = 1) -> int:
-        """The processor's own count, raised to the placeholder of a blank item of `size`
-        (counts may leave out markers; the profile must cover the whole range). Where the
-        processor cannot process that item (MiniMax-M3-VL's video processor refuses frames
-        whose sides are not multiples of its patch grid), its own count, with a warning."""
-        size = _capped(size)
-        try:
-            return max(counted, self._count_from_output(modality, size, num_frames))
-        except ValueError as error:  # the processor's own error, as vLLM's context reraises it
-            shape = f"{size.width}x{size.height}" + (f", {num_frames} frames" if modality == "video" else "")
-            logger.warning_once(errors.largest_item_not_processed(modality, shape, self.get_hf_processor(), error, counted))
-            return counted
-
-    def _count_from_output(self, modality: str, size: ImageSize, num_frames: int = 1) -> int:
-        """Placeholder length of one blank item of `size` (`_capped`), read off processed output."""
-        size = _capped(size)
-        return self.probes.blank_placeholder_length(modality, size.width, size.height, num_frames)
-
 
 _DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=False)
 """Set while vLLM builds a dummy request (per thread: its warm-up may run beside requests)."""
-
-
-def _described(sent: Any) -> str:
-    """An item as sent, by its size: an image's pixels (width x height), a video's frames, an
-    array's shape; empty for anything else."""
-    if isinstance(getattr(sent, "size", None), tuple):  # a PIL image
-        return f"{sent.size[0]}x{sent.size[1]} pixels"
-    if isinstance(sent, (np.ndarray, torch.Tensor)):
-        return f"an array of shape {tuple(sent.shape)}"
-    if isinstance(sent, (list, tuple)) and sent and (frame := _described(sent[0])):
-        return f"{len(sent)} frames of {frame}"
-    return ""
-
-
-def _clip_seconds(item: dict, sampling_rate: int) -> float:
-    """Length of a one-clip audio item (`ProcessorProbe.iter_items`), in seconds."""
-    (clip,) = item["audio"]
-    return max(np.shape(clip), default=0) / sampling_rate  # a stereo clip's samples: its longer dimension
-
-
-def _capped(size: ImageSize) -> ImageSize:
-    """Sides capped at `MAX_COUNTED_SIDE`: the size search probes a 10,000 px fallback,
-    which only a processor that counts arithmetically can afford."""
-    return ImageSize(width=min(size.width, MAX_COUNTED_SIDE), height=min(size.height, MAX_COUNTED_SIDE))
 
 
 class HFBridgeDataParser(MonoClipParser, MetadataKeepingParser):
@@ -453,7 +350,7 @@ class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
         return "".join(info.probes.item_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts)
 
 
-class HFBridgeMultiModalProcessor(MultiModalProcessor):
+class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
     """Processes each item alone and states its placeholder as a `PromptReplacement`."""
 
     info: HFBridgeProcessingInfo
@@ -615,13 +512,13 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
                 self._check_positions_follow_inputs(modality, out, expansion, plain)
                 self._check_no_padding_added(modality, index, expansion, plain)
         except placeholders.PlaceholderError as exc:
-            if modality == "audio" and (seconds := _clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
+            if modality == "audio" and (seconds := clip_seconds(item, audio_sampling_rate(self.info.probes.processor))) < AUDIO_SECONDS:
                 # a blank clip of AUDIO_SECONDS was placed: this one is too short to get a position
                 raise ValueError(errors.audio_clip_too_short(index, seconds, AUDIO_SECONDS, self.info.get_hf_processor())) from exc
             if request_keys and self._probe_or_none(modality, item, plain_kwargs) is not None:
                 raise ProcessorKwargsRefused(errors.kwargs_unplaceable(modality, index, exc, sorted(request_keys))) from exc
             if isinstance(exc, placeholders.NoTokensError):
-                raise ValueError(errors.item_gets_no_tokens(modality, index, _described(media_scale.sent_media(modality, item)),
+                raise ValueError(errors.item_gets_no_tokens(modality, index, sent_size(media_scale.sent_media(modality, item)),
                                                             self.info.get_hf_processor(), self._placed_blank(modality))) from exc
             raise ValueError(f"hf_bridge cannot place {modality} {index}: {exc}.") from exc
         except (ProbeError, ProcessorKwargsRefused):
@@ -637,134 +534,13 @@ class HFBridgeMultiModalProcessor(MultiModalProcessor):
             if modality == "audio":  # a clip of several channels: the fix names its shape
                 described = "" if len(shape) > 1 else self._item_sent(modality, item)
             else:  # an array's shape is in the fix the message names; a PIL image's size is not
-                described = "" if shape else _described(sent)
+                described = "" if shape else sent_size(sent)
             raise ValueError(errors.unprocessable_item(modality, index, exc, shape, described)) from exc
         self._check_features_given(modality, index, item, out, expansion)
         if modality == "audio":
             self._check_clip_kept_whole(index, item, out, hf_kwargs)
         self._check_media_scale(modality, index, item, out, hf_kwargs)
         return out, expansion
-
-    def _check_features_given(self, modality: str, index: int, item: dict, out: BatchFeature, expansion) -> None:
-        """Refuse an item the processor places but gives nothing the encoder can read:
-        features all empty (Gemma 3n's feature extractor gives a clip under one 32 ms frame
-        no frames, yet 188 tokens, and its audio tower's first convolution raised on it in
-        the engine's worker, which stopped the engine), or holding NaN (Parakeet's, which
-        normalizes a clip by its own spread, gives a clip of one or two frames NaN; the
-        reply, transformers' too, was token 0 throughout, silently)."""
-        floats = {k: v for k in split.item_data_keys(list(out)) if isinstance(v := out[k], torch.Tensor) and v.is_floating_point()}
-        shapes = {k: tuple(v.shape) for k, v in floats.items()}
-        if empty := split.empty_features(shapes):
-            raise ValueError(errors.item_gets_no_features(modality, index, self._item_sent(modality, item), self.info.get_hf_processor(),
-                                                          expansion.num_embeds, {k: shapes[k] for k in empty}, self._placed_blank(modality)))
-        if not_numbers := [k for k, v in floats.items() if bool(v.isnan().any())]:
-            raise ValueError(errors.item_features_not_numbers(modality, index, self._item_sent(modality, item), self.info.get_hf_processor(),
-                                                              {k: shapes[k] for k in not_numbers}))
-
-    def _item_sent(self, modality: str, item: dict) -> str:
-        """An item as the request sent it, for a refusal: a clip by its length, other media by size."""
-        if modality == "audio":
-            return f"{_clip_seconds(item, audio_sampling_rate(self.info.probes.processor)):.4f} s"
-        return _described(media_scale.sent_media(modality, item))
-
-    def _placed_blank(self, modality: str) -> str | None:
-        """A blank item the processor gives tokens, and how many (its usual probe, under the
-        default kwargs): the size a refused item can be compared with. None for audio, whose
-        too short clips are refused by their length, or where it cannot be read."""
-        if modality not in ("image", "video"):
-            return None
-        try:
-            shape = self.info.probes.blank_shape(modality)
-            tokens = self.info.probes.blank_placeholder_length(modality, shape.width, shape.height, shape.frames)
-        except Exception:  # noqa: BLE001 - the refusal stands without the example
-            return None
-        frames = f"{shape.frames} frames of " if modality == "video" else ""
-        return f"one of {frames}{shape.width}x{shape.height} pixels gets {tokens} tokens"
-
-    def _check_pixel_sides_kept(self, modality: str, index: int, out: BatchFeature, plain,
-                                plain_kwargs: Mapping[str, object]) -> None:
-        """Refuse processor kwargs that change the pixel sides the processor gives every
-        item without them (`pixel_sides.py`: LLaVA's `do_resize=False`): the vision encoder
-        takes that size alone, and raises on another in the engine's worker, which stops
-        the engine. Which sides are fixed is learnt only where the kwargs changed the
-        item's own (`plain`: its output and expansion without them)."""
-        shapes = pixel_sides.tensor_shapes(out)
-        if plain is not None and not pixel_sides.changed_sides(pixel_sides.fixed_sides([pixel_sides.tensor_shapes(plain[0])]), shapes):
-            return
-        fixed = self.info.probes.fixed_pixel_sides(modality, plain_kwargs)
-        if changed := pixel_sides.changed_sides(fixed, shapes):
-            raise ProcessorKwargsRefused(errors.kwargs_change_pixel_sides(modality, index, changed, self.info.get_hf_processor()))
-
-    def _check_positions_follow_inputs(self, modality: str, out: BatchFeature, expansion, plain) -> None:
-        """Refuse processor kwargs that change how many positions the processor gives the
-        item but nothing the model encodes it from (LLaVA's `vision_feature_select_strategy`
-        against its config's): the model would give the item's other count of rows, and
-        that mismatch raises in the engine's worker, where it stops the engine. `plain` is
-        the item's output and expansion without them; None where it needs them: nothing to
-        compare with."""
-        if plain is None:
-            return
-        plain_out, plain_expansion = plain
-        if plain_expansion.num_embeds != expansion.num_embeds and _same_model_inputs(plain_out, out):
-            raise ProcessorKwargsRefused(errors.kwargs_change_positions_only(
-                modality, expansion.num_embeds, plain_expansion.num_embeds, self.info.get_hf_processor()))
-
-    def _check_no_padding_added(self, modality: str, index: int, expansion, plain) -> None:
-        """Refuse processor kwargs that pad the text (`padding="max_length"`): an item is
-        processed in a short text of its own, so the tokenizer's pad tokens landed inside
-        its placeholder, where transformers pads the whole prompt's end (and masks them)."""
-        pad = getattr(self.info.get_tokenizer(), "pad_token_id", None)
-        if plain is None or pad is None:
-            return
-
-        def pads(e) -> int:
-            return sum(1 for token, embeds in zip(e.token_ids, e.is_embed) if token == pad and not embeds)
-
-        if (added := pads(expansion) - pads(plain[1])) > 0:
-            raise ProcessorKwargsRefused(errors.kwargs_pad_the_text(modality, index, added, pad))
-
-    def _check_clip_kept_whole(self, index: int, item: dict, out: BatchFeature, hf_kwargs: Mapping[str, object]) -> None:
-        """Refuse a clip longer than the feature extractor takes whole (`stated_audio_seconds`)
-        where transformers' processor cuts it. vLLM calls the processor with
-        `truncation=False`, for the prompt's text; that reaches the feature extractor too,
-        which then hands the model more frames than its encoder takes (Qwen2-Audio's raises,
-        Gemma 3n's gives more rows than its placeholder holds, in the engine's worker, which
-        stops the engine), whether vLLM or the request asked for `truncation=False`. Cutting
-        it as transformers does would drop the rest of the clip silently; the request may
-        ask for that (`truncation=True`)."""
-        processor = self.info.probes.processor
-        longest = stated_audio_seconds(processor)  # none stated (Parakeet takes any length): nothing to check
-        seconds = _clip_seconds(item, audio_sampling_rate(processor))
-        if longest is None or seconds <= longest or hf_kwargs.get("truncation") is not False:
-            return
-        default_kwargs = {k: v for k, v in hf_kwargs.items() if k != "truncation"}
-        default = self._probe_or_none("audio", item, default_kwargs)
-        if default is not None and not _same_model_inputs(default[0], out):
-            raise ValueError(errors.audio_clip_cut(index, seconds, longest, self.info.get_hf_processor()))
-
-    def _check_media_scale(self, modality: str, index: int, item: dict, out: BatchFeature,
-                           hf_kwargs: Mapping[str, object]) -> None:
-        """Refuse pixels sent scaled to [0, 1] where the processor scales them by 1/255 again,
-        and PCM audio samples where the feature extractor takes floats within [-1, 1]
-        (`media_scale.py`): the model would see the item nearly black, or hear it 32768 times
-        louder, silently. Only such items pay for the second processing that tells."""
-        processor = self.info.probes.processor
-        meant = media_scale.at_meant_scale(modality, item)
-        if meant is None or not media_scale.rescales(processor, modality, self.info.ctx.get_merged_mm_kwargs(hf_kwargs)):
-            return
-        meant_out = self._probe_or_none(modality, meant, hf_kwargs)  # None: nothing to compare with
-        if meant_out is not None and media_scale.parts_from(out, meant_out[0]):
-            sent = media_scale.sent_media(modality, item)
-            raise ValueError(errors.audio_samples_as_pcm(index, sent.dtype, float(abs(sent).max()), processor)
-                             if modality == "audio" else errors.pixels_scaled_twice(modality, index, self.info.get_hf_processor()))
-
-    def _probe_or_none(self, modality: str, item: dict, kwargs: Mapping[str, object]):
-        """The item's output and expansion under `kwargs` (most callers leave the request's own
-        out, to compare), or None where the processor refuses it so: a diagnosis only."""
-        try:
-            return self.info.probes.probe(modality, item, kwargs)
-        except Exception:  # noqa: BLE001 - only a diagnosis: the item's own error is reported
-            return None
 
     def _get_mm_fields_config(self, hf_inputs: BatchFeature, hf_processor_mm_kwargs: Mapping[str, object]) -> Mapping[str, MultiModalFieldConfig]:
         fields = {}
@@ -834,23 +610,6 @@ class NumberedDetails(PromptUpdateDetails):
     """The item's expansion as the processor writes it alone (numbered as the first item)."""
     hf_kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
     """The processor kwargs the number is learnt under."""
-
-
-def _same_model_inputs(first: BatchFeature, second: BatchFeature) -> bool:
-    """Whether two outputs of one item agree in what fixes the size of the model's output for
-    it: floating tensors by shape, other fields (grids, sizes, counts) by value."""
-    keys = split.item_data_keys(list(first))
-    return sorted(keys) == sorted(split.item_data_keys(list(second))) and all(_same_input(first[k], second[k]) for k in keys)
-
-
-def _same_input(first: object, second: object) -> bool:
-    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
-        if first.shape != second.shape or first.is_floating_point() != second.is_floating_point():
-            return False
-        return first.is_floating_point() or bool((first == second).all())
-    if isinstance(first, (list, tuple)) and isinstance(second, (list, tuple)):
-        return len(first) == len(second) and all(map(_same_input, first, second))
-    return repr(first) == repr(second)
 
 
 def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],
