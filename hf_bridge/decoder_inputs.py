@@ -146,7 +146,7 @@ class DecoderInputsMixin:
         from vllm.transformers_utils.processor import cached_processor_from_config
 
         from .processing import hf_processor_class
-        from .probes import ProcessorProbe
+        from .processor_probe import ProcessorProbe
 
         model_config = self.model_config
         try:

@@ -260,8 +260,8 @@ def _probe_placement(model_config) -> dict[str, str] | None:
     from vllm.transformers_utils.processor import cached_get_processor
 
     from .hf_classes import config_built_from
-    from .probes import ProcessorProbe
     from .processing import hf_processor_class
+    from .processor_probe import ProcessorProbe
 
     try:
         # vLLM's processing loads the same processor with these very arguments first

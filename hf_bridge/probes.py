@@ -3,13 +3,17 @@
 hf_bridge places items by processing each one alone inside a probe made of the
 placeholder text the model's chat template emits (`placeholders.expansion_from_probe`),
 and learns the tokens a processor adds outside the expansions from blank-item probes
-(`frame.py`). `ProcessorProbe` holds that logic once, for every caller:
+(`frame.py`). `ProcessorProbe` (`processor_probe.py`, with `probe_frames.py` and
+`probe_layouts.py`) holds that logic once, for every caller:
 
 - vLLM's processing info (`processing.py`), which calls the processor through vLLM's
   context;
 - the plugin's routing at engine start (`plugin.py`), which decides whether hf_bridge
   can place a checkpoint's items at all before choosing its model class;
 - `inspect` and the tests.
+
+This module holds what it is built from: the modalities, blank items, token types, a
+video's metadata, an audio clip's lengths.
 
 A processor that cannot be probed for one modality never takes the others down:
 `failures` names each modality hf_bridge cannot place, with the processor's own error,
@@ -19,12 +23,12 @@ and callers switch exactly those modalities off.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cache
 from typing import Any, TypeVar
 
-from . import errors, frame, numbering, pixel_sides, placeholders, text_step
+from . import errors, placeholders
 
 T = TypeVar("T")
 
@@ -251,7 +255,7 @@ def first_accepted_shape(processor: Any, modality: str, attempt: Callable[[Blank
     raise ProbeError(
         f"{type(processor).__name__} refused every blank {modality} hf_bridge probes it with "
         f"({', '.join(f'{s.width}x{s.height}' + (f'x{s.frames} frames' if modality == 'video' else '') for s in shapes)}); "
-        f"for the first: {type(cause).__name__}: {_first_line(cause)}"
+        f"for the first: {type(cause).__name__}: {first_line(cause)}"
     )
 
 
@@ -411,435 +415,6 @@ def _template_item_texts(processor: Any, modality: str, count: int) -> list[str]
     return [part.strip() for part in parts[1:-1]]
 
 
-class ProcessorProbe:
-    """Learns, by calling an HF processor, where its items go in a prompt.
-
-    `call(data, hf_kwargs)` runs the processor (vLLM's context does it for the engine);
-    `default_kwargs` are the processor kwargs frames are learnt with; `merge(hf_kwargs)`
-    gives the kwargs a call reaches the processor with (vLLM's context merges the engine's
-    into nested `videos_kwargs` too), by default the defaults updated by `hf_kwargs`.
-    """
-
-    def __init__(self, processor: Any, tokenizer: Any, config: Any, call: Call, default_kwargs: Mapping[str, object] = {},
-                 merge: Callable[[Mapping[str, object]], Mapping[str, object]] | None = None):
-        self.processor = processor
-        self.tokenizer = tokenizer
-        self.config = config
-        self.call = call
-        self.default_kwargs = dict(default_kwargs)
-        self.merge = merge or (lambda hf_kwargs: {**self.default_kwargs, **hf_kwargs})
-        self._placeholder_ids: dict[str, list[int]] = {}
-        self._frames: dict[str, frame.PromptFrame] = {}
-        self._blank_shapes: dict[str, BlankShape] = {}
-        self.writes_prompt: set[str] = set()
-        """Modalities whose prompts the processor lays out from their text alone (`text_step.py`)."""
-        self._cores: dict[tuple[str, str], tuple[int, ...]] = {}
-        self._number_windows: dict[tuple[str, str, int], numbering.NumberWindow | None] = {}
-        self._stacks_along_rows: dict[str, bool] = {}
-        self._fixed_sides: dict[tuple[str, str], dict[str, pixel_sides.Sides]] = {}
-        self._blank_lengths: dict[tuple, int] = {}
-
-    # -- placeholders -------------------------------------------------------------------
-
-    @cached_property
-    def placeholder_texts(self) -> dict[str, str]:
-        """What a prompt holds for one item of each modality: what the chat template
-        emits for it, else the processor's `<modality>_token`."""
-        out = {}
-        for modality in MODALITIES:
-            text = chat_template_placeholder(self.processor, modality)
-            if text is None:
-                text = getattr(self.processor, f"{modality}_token", None)
-            if text is not None:
-                out[modality] = text
-        return out
-
-    def placeholder_text(self, modality: str) -> str:
-        if modality not in self.placeholder_texts:
-            raise ProbeError(
-                f"{type(self.processor).__name__} has no placeholder for {modality} "
-                f"(no chat template entry and no `{modality}_token`), so hf_bridge cannot "
-                f"tell where a {modality} goes in the prompt"
-            )
-        return self.placeholder_texts[modality]
-
-    def item_text(self, modality: str) -> str:
-        """What a prompt writes for one item: its placeholder, or nothing where the
-        processor inserts each item itself (Fuyu's, at the start)."""
-        return "" if self.frame(modality).inserts_item else self.placeholder_text(modality)
-
-    def placeholder_ids(self, modality: str) -> list[int]:
-        """`placeholder_text` as token ids (encoded once; every request looks for them)."""
-        if modality not in self._placeholder_ids:
-            text = self.placeholder_text(modality)
-            self._placeholder_ids[modality] = self.tokenizer.encode(text, add_special_tokens=False)
-        return self._placeholder_ids[modality]
-
-    def embed_token_candidates(self, modality: str) -> list[int]:
-        """Tokens the checkpoint names as holding embeddings, most authoritative first.
-
-        The model config comes first (`config_token_ids`): it is what the HF forward
-        scatters features by (`get_placeholder_mask`). Processors' own `image_token_id` can
-        name a marker instead (Gemma3's is its begin-of-image token). The other modalities'
-        tokens follow, for processors that expand one modality into another's tokens.
-        """
-        named = config_token_ids(self.config)
-        candidates: list[int] = []
-        for m in (modality, *(m for m in MODALITIES if m != modality)):
-            for value in (named.get(m), getattr(self.processor, f"{m}_token_id", None)):
-                if isinstance(value, int) and value not in candidates:
-                    candidates.append(value)
-        return candidates
-
-    # -- one item -----------------------------------------------------------------------
-
-    def probe(self, modality: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]):
-        """Process one item alone; return the processor's output and its expansion."""
-        prompt_frame = self.frame(modality)
-        text = self.item_text(modality)
-        probe_ids = self.tokenizer.encode(text)
-        span = self._placeholder_span(modality, probe_ids, prompt_frame)
-        out = self.call_one_item(text, item, hf_kwargs)
-        ids = out["input_ids"][0].tolist()
-        types = token_type_ids(out, self.processor, self.config)[0].tolist()
-        ids, types = frame.strip_frame(prompt_frame, ids, types)
-        expansion = placeholders.expansion_from_probe(
-            modality, probe_ids, span, ids, types, self.embed_token_candidates(modality)
-        )
-        if modality in self.writes_prompt:
-            expansion = self._core(modality, expansion, hf_kwargs)
-        return out, expansion
-
-    def _core(self, modality: str, expansion: placeholders.Expansion, hf_kwargs: Mapping[str, object]) -> placeholders.Expansion:
-        """The item's core (`text_step.typed_core`): under the same processor kwargs, the
-        same for every item, since the processor writes it without the item."""
-        core = text_step.typed_core(expansion)
-        known = self._cores.setdefault((modality, kwargs_key(hf_kwargs)), core.token_ids)
-        if core.token_ids != known:
-            raise placeholders.PlaceholderError("the processor expanded this item otherwise than the text alone")
-        return core
-
-    def core(self, modality: str, hf_kwargs: Mapping[str, object]) -> tuple[int, ...]:
-        """The core every item of a modality the processor writes prompts for takes under
-        `hf_kwargs` (`writes_prompt`), read off a blank item's probe the first time."""
-        key = (modality, kwargs_key(hf_kwargs))
-        if key not in self._cores:
-            self.probe(modality, self.blank(modality, hf_kwargs=hf_kwargs), hf_kwargs)
-        return self._cores[key]
-
-    def written_prompt(self, prompt: list[int], counts: Mapping[str, int], hf_kwargs: Mapping[str, object]) -> list[int]:
-        """`prompt` as the processor writes it from its text (`text_step.py`), each item's
-        core folded back into its placeholder, for vLLM's prompt update to expand:
-        `counts` holds the items of each modality it writes prompts for."""
-        text = self.tokenizer.decode(prompt, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if self.tokenizer.encode(text, add_special_tokens=False) != list(prompt):
-            raise ValueError(errors.prompt_ids_not_text(self.processor))
-        out = self.call({"text": text}, {**hf_kwargs, "add_special_tokens": False})  # the prompt holds its own specials
-        written = out["input_ids"][0].tolist()
-        for modality, count in counts.items():
-            written = text_step.fold_cores(written, self.core(modality, hf_kwargs), self.placeholder_ids(modality), count)
-        return written
-
-    # -- items together ---------------------------------------------------------------
-
-    def stacks_items_along_rows(self, modality: str) -> bool:
-        """Whether the processor lays two items out, processed together, as their one-item
-        outputs concatenated along the first dimension, key by key: the layout hf_bridge
-        joins items of one shape in for one encoder call (`split.batch_groups`). MiniCPM-V
-        packs its images along the last dimension instead, so its items are encoded one
-        at a time. A processor that refuses two items gives no layout to keep: True."""
-        if modality not in self._stacks_along_rows:
-            self._stacks_along_rows[modality] = self._learn_stacking(modality)
-        return self._stacks_along_rows[modality]
-
-    def _learn_stacking(self, modality: str) -> bool:
-        import torch
-
-        from .split import item_data_keys
-
-        text = self.item_text(modality)
-        try:
-            alone = self.call_one_item(text, self.blank(modality), self.default_kwargs)
-            together = self.call_one_item(text * 2, self.blank(modality, 2), self.default_kwargs)
-        except Exception:  # noqa: BLE001 - one item per prompt (Fuyu): nothing to join
-            return True
-        for key in item_data_keys(list(alone.keys())):
-            one, two = alone[key], together.get(key)
-            if isinstance(one, torch.Tensor) and one.ndim and not _joined_as_stacked(two, torch.cat([one, one])):
-                return False
-        return True
-
-    # -- pixel sides ------------------------------------------------------------------
-
-    def fixed_pixel_sides(self, modality: str, hf_kwargs: Mapping[str, object]) -> dict[str, pixel_sides.Sides]:
-        """The pixel sides the processor gives every item of `modality` under `hf_kwargs`,
-        by key (`pixel_sides.py`): learnt once per kwargs from its usual blank item and
-        larger ones, wide and tall; none where it takes fewer than two of them."""
-        key = (modality, kwargs_key(hf_kwargs))
-        if key not in self._fixed_sides:
-            self._fixed_sides[key] = self._learn_fixed_sides(modality, hf_kwargs)
-        return self._fixed_sides[key]
-
-    def _learn_fixed_sides(self, modality: str, hf_kwargs: Mapping[str, object]) -> dict[str, pixel_sides.Sides]:
-        if modality not in ("image", "video"):
-            return {}
-        shape = self.blank_shape(modality)
-        sizes = [(shape.width, shape.height),
-                 (max(FIXED_SIDES_PROBE[0], 2 * shape.width), max(FIXED_SIDES_PROBE[1], shape.height)),
-                 (max(FIXED_SIDES_PROBE[1], shape.width), max(FIXED_SIDES_PROBE[0], 2 * shape.height))]
-        outputs = []
-        for width, height in sizes:
-            try:
-                out, _ = self.probe(modality, self.blank(modality, width=width, height=height, hf_kwargs=hf_kwargs), hf_kwargs)
-            except Exception:  # noqa: BLE001 - a processor may refuse a size: the others tell
-                continue
-            outputs.append(pixel_sides.tensor_shapes(out))
-            if not pixel_sides.fixed_sides(outputs):  # no tensor laid out as images (flat patches), or sides that follow
-                return {}
-        return pixel_sides.fixed_sides(outputs) if len(outputs) > 1 else {}
-
-    # -- numbered items ---------------------------------------------------------------
-
-    def number_window(self, modality: str, index: int, hf_kwargs: Mapping[str, object]) -> numbering.NumberWindow | None:
-        """Where the processor writes the index of the item at `index` into its expansion
-        (`numbering.py`); None where it writes none. Learnt from blank items processed
-        together, once per index; a processor that leaves the second item unnumbered is
-        taken to number none."""
-        if index == 0 or modality in self.writes_prompt or self.frame(modality).inserts_item:
-            return None
-        key = kwargs_key(hf_kwargs)
-        if index > 1 and self._number_window(modality, 1, hf_kwargs, key) is None:
-            return None
-        return self._number_window(modality, index, hf_kwargs, key)
-
-    def _number_window(self, modality: str, index: int, hf_kwargs: Mapping[str, object], key: str) -> numbering.NumberWindow | None:
-        if (modality, key, index) not in self._number_windows:
-            self._number_windows[modality, key, index] = numbering.number_window(
-                self.probe(modality, self.blank(modality, hf_kwargs=hf_kwargs), hf_kwargs)[1].token_ids,
-                self._blank_expansion_at(modality, index, hf_kwargs),
-            )
-        return self._number_windows[modality, key, index]
-
-    def _blank_expansion_at(self, modality: str, index: int, hf_kwargs: Mapping[str, object]) -> list[int]:
-        """The expansion of the blank item at `index` among `index + 2`, each placeholder
-        followed by the sentinel: the text between the sentinels around it is that
-        expansion alone (the frame adds tokens at the start and after the last item only)."""
-        count = index + 2
-        text = (self.placeholder_text(modality) + PROBE_SENTINEL) * count
-        try:
-            ids = self.call_one_item(text, self.blank(modality, count, hf_kwargs=hf_kwargs), hf_kwargs)["input_ids"][0].tolist()
-        except Exception:  # noqa: BLE001 - a processor that takes one item per prompt (Fuyu) numbers none
-            return list(self.probe(modality, self.blank(modality, hf_kwargs=hf_kwargs), hf_kwargs)[1].token_ids)
-        sentinel = self.tokenizer.encode(PROBE_SENTINEL, add_special_tokens=False)
-        starts = placeholders.find_all_sublists(ids, sentinel)
-        if len(starts) != count:
-            raise placeholders.PlaceholderError(f"the processor dropped or changed the text between {count} placeholders")
-        return ids[starts[index - 1] + len(sentinel):starts[index]]
-
-    def _placeholder_span(self, modality: str, probe_ids: list[int], prompt_frame: frame.PromptFrame) -> tuple[int, int]:
-        if prompt_frame.inserts_item:  # the processor puts the item before everything
-            return (0, 0)
-        target = self.placeholder_ids(modality)
-        start = placeholders.find_sublist(probe_ids, target)
-        if start is None:
-            raise ProbeError(f"{self.placeholder_text(modality)!r} does not tokenize to the same ids inside and outside a prompt")
-        return (start, start + len(target))
-
-    def call_one_item(self, text: str, item: Mapping[str, list], hf_kwargs: Mapping[str, object]):
-        """Call the processor on one item, flat (`videos=[v]`) or per sample (`[[v]]`).
-
-        Processors disagree on the layout of media lists (SmolVLM counts a flat
-        video's frames as videos); the per-sample layout is what every processor
-        accepts for a batch of one, so it is tried when the flat one is refused.
-        The token types are hf_bridge's to ask for, over a request's own
-        `return_mm_token_type_ids` (an output the model never gets), which would
-        otherwise reach the call twice.
-        """
-        merged = self.merge(hf_kwargs)
-        asked = {"return_mm_token_type_ids": True, **video_metadata_asked(self.processor, item, merged)}
-        hf_kwargs = {k: v for k, v in hf_kwargs.items() if k not in asked}
-        try:
-            flat = call_reading_one_videos_metadata(lambda media: self.call({"text": text, **media, **asked}, hf_kwargs), dict(item))
-            return without_asked_metadata(flat, merged)
-        except ValueError as flat_error:
-            nested = {"text": [text], **{k: [v] for k, v in item.items()}, **asked}
-            try:
-                return without_asked_metadata(self.call(nested, hf_kwargs), merged)
-            except ValueError:
-                raise flat_error  # noqa: B904 - its cause is the processor's own error
-
-    def blank(
-        self, modality: str, count: int = 1, width: int | None = None, height: int | None = None,
-        frames: int | None = None, seconds: float = AUDIO_SECONDS, hf_kwargs: Mapping[str, object] = {},
-    ):
-        """`count` blank items of the shape this processor accepts (see `BLANK_SHAPES`),
-        with any of its sides (a clip's length) replaced, for a call with the request's
-        `hf_kwargs`."""
-        shape = self.blank_shape(modality)
-        shape = BlankShape(width or shape.width, height or shape.height, frames or shape.frames)
-        return blank_items(self.processor, modality, count, shape, seconds, kwargs=self.merge(hf_kwargs))
-
-    @cached_property
-    def pad_tokens_added(self) -> int:
-        """How many more of the tokenizer's pad token the default kwargs give a probe's text
-        than the same call with padding off: the sentinel alone, or where the processor
-        refuses text alone, a blank item of the first modality it takes. 0 where no call
-        runs both ways."""
-        pad = getattr(self.tokenizer, "pad_token_id", None)
-        if pad is None:
-            return 0
-        calls = [lambda kw: self.call({"text": PROBE_SENTINEL}, kw)]
-        calls += [lambda kw, m=m: self.call_one_item(self.placeholder_text(m), self.blank(m), kw)
-                  for m in processor_modalities(self.processor)]
-        for call in calls:
-            try:
-                padded, plain = call({}), call({"padding": False})
-            except Exception:  # noqa: BLE001 - try the next layout
-                continue
-            return padded["input_ids"][0].tolist().count(pad) - plain["input_ids"][0].tolist().count(pad)
-        return 0
-
-    def blank_placeholder_length(
-        self, modality: str, width: int | None = None, height: int | None = None,
-        frames: int | None = None, seconds: float = AUDIO_SECONDS,
-    ) -> int:
-        """Placeholder length of one blank item of these sides (a clip of these seconds),
-        under the default kwargs. Kept here, once per processor: vLLM runs its size searches
-        three times at engine start, each on a processing info of its own, and a video
-        model processed the same blank videos three times (18 s of Nemotron-H-Omni's 42 s)."""
-        key = (modality, width, height, frames, seconds)
-        if key not in self._blank_lengths:
-            item = self.blank(modality, 1, width, height, frames, seconds)
-            self._blank_lengths[key] = len(self.probe(modality, item, self.default_kwargs)[1])
-        return self._blank_lengths[key]
-
-    def blank_shape(self, modality: str) -> BlankShape:
-        if modality not in self._blank_shapes:
-            self.frame(modality)
-        return self._blank_shapes[modality]
-
-    # -- the prompt frame ---------------------------------------------------------------
-
-    def frame(self, modality: str) -> frame.PromptFrame:
-        """What the processor adds to prompts with `modality` items, outside their expansions."""
-        if modality not in self._frames:
-            self._frames[modality] = self._learn_frame(modality)
-        return self._frames[modality]
-
-    def _learn_frame(self, modality: str) -> frame.PromptFrame:
-        """Probe with blank items, placeholder then sentinel text (see `frame.py`), in the
-        first blank shape the processor accepts (`first_accepted_shape`)."""
-
-        def learn(shape: BlankShape) -> frame.PromptFrame:
-            try:
-                return self._learn_frame_with(modality, shape)
-            except placeholders.PlaceholderError:
-                if not self._writes_prompt_alone(modality, shape):
-                    raise  # the processor ran: its output is what cannot be read
-                self.writes_prompt.add(modality)
-                return frame.PromptFrame()  # its text step writes everything
-
-        shape, learnt = first_accepted_shape(self.processor, modality, learn)
-        self._blank_shapes[modality] = shape
-        return learnt
-
-    def _learn_frame_with(self, modality: str, shape: BlankShape) -> frame.PromptFrame:
-        sentinel_text = PROBE_SENTINEL
-        sentinel = self.tokenizer.encode(sentinel_text, add_special_tokens=False)
-        hf_kwargs = self.default_kwargs
-        placeholder = self.placeholder_text(modality)
-        one_blank = blank_items(self.processor, modality, 1, shape, kwargs=hf_kwargs)
-        placeholder_probe = self.tokenizer.encode(placeholder)
-        text_before = placeholder_probe[: placeholders.find_sublist(placeholder_probe, self.placeholder_ids(modality)) or 0]
-        try:
-            one = self.call_one_item(placeholder + sentinel_text, one_blank, hf_kwargs)
-            inserts = False
-        except Exception as explicit_error:  # noqa: BLE001 - any refusal means: try without a placeholder
-            try:
-                one = self.call_one_item(sentinel_text, one_blank, hf_kwargs)
-            except Exception:  # noqa: BLE001 - neither layout: the item itself is refused
-                raise explicit_error  # noqa: B904 - keeps the processor's own error as its cause
-            if not any(token_type_ids(one, self.processor, self.config)[0].tolist()):  # it did not insert the item either
-                raise explicit_error
-            inserts = True
-        two = None
-        if not inserts:
-            try:
-                two_blank = blank_items(self.processor, modality, 2, shape, kwargs=hf_kwargs)
-                two = self.call_one_item((placeholder + sentinel_text) * 2, two_blank, hf_kwargs)["input_ids"][0].tolist()
-            except Exception:  # noqa: BLE001 - a processor may take one item per prompt (Fuyu)
-                two = None
-        return frame.frame_from_probes(
-            one["input_ids"][0].tolist(), token_type_ids(one, self.processor, self.config)[0].tolist(), two, sentinel, text_before, inserts
-        )
-
-    def _writes_prompt_alone(self, modality: str, shape: BlankShape) -> bool:
-        """Whether the processor's ids for the frame probes' texts (one item, two items)
-        are the same without the items as with blank ones: it lays them out from the
-        text alone (`text_step.py`)."""
-        placeholder = self.placeholder_text(modality) + PROBE_SENTINEL
-        for count in (1, 2):
-            text = placeholder * count
-            try:
-                with_items = self.call_one_item(text, blank_items(self.processor, modality, count, shape, kwargs=self.default_kwargs), self.default_kwargs)
-                alone = self.call({"text": text}, self.default_kwargs)
-            except Exception:  # noqa: BLE001 - it cannot run one of them: not what it does
-                return False
-            if with_items["input_ids"][0].tolist() != alone["input_ids"][0].tolist():
-                return False
-        return True
-
-    @cached_property
-    def text_only_frame(self) -> frame.PromptFrame | None:
-        """What the processor adds to a prompt without items (Chameleon's separator,
-        Emu3's BOS), read off its ids for the sentinel alone. Empty where it adds nothing
-        or refuses text alone (PaliGemma's: transformers cannot run such a prompt either);
-        None where it rewrites the text itself, which no frame can say."""
-        try:
-            out = self.call({"text": PROBE_SENTINEL}, self.default_kwargs)
-        except Exception:  # noqa: BLE001 - a processor that needs items has no text-only layout
-            return frame.PromptFrame()
-        return frame.text_only_frame(out["input_ids"][0].tolist(), self.tokenizer.encode(PROBE_SENTINEL))
-
-    # -- what can be placed -------------------------------------------------------------
-
-    @cached_property
-    def failures(self) -> dict[str, str]:
-        """Modality -> why hf_bridge cannot place its items, for each modality the
-        processor has a sub-processor for and hf_bridge cannot probe. Empty: all placeable."""
-        out = {}
-        for modality in processor_modalities(self.processor):
-            try:
-                self.probe(modality, self.blank(modality), self.default_kwargs)
-            except Exception as exc:  # noqa: BLE001 - any failure switches the modality off
-                out[modality] = f"{type(exc).__name__}: {_first_line(exc)}"
-        return out
-
-    def placeable(self) -> list[str]:
-        return [m for m in processor_modalities(self.processor) if m not in self.failures]
-
-    def iter_items(self, modality: str, hf_data: Mapping[str, Any]) -> Iterator[dict[str, list]]:
-        """Each item of `modality` in `hf_data` (the processor's keyword layout), alone."""
-        present = [k for k in HF_DATA_KEYS[modality] if hf_data.get(k) is not None]
-        if not present:
-            return
-        for i in range(len(hf_data[present[0]])):
-            yield {k: [hf_data[k][i]] for k in present}
-
-
-def _joined_as_stacked(together: Any, stacked: Any) -> bool:
-    """`together` holds `stacked`'s values in its order: equal, or equal once the first
-    two dimensions are merged (Idefics3 puts a prompt's images in its second dimension,
-    and its model merges the two)."""
-    import torch
-
-    if not isinstance(together, torch.Tensor) or together.numel() != stacked.numel():
-        return False
-    if together.shape == stacked.shape:
-        return torch.equal(together, stacked)
-    return together.ndim >= 2 and stacked.ndim >= 2 and torch.equal(together.flatten(0, 1), stacked.flatten(0, 1))
-
-
 def kwargs_key(hf_kwargs: Mapping[str, object]) -> str:
     """One string per set of processor kwargs, for what is learnt under them."""
     return repr(sorted(hf_kwargs.items()))
@@ -852,6 +427,6 @@ def root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -51,13 +51,13 @@ from .probes import (
     HF_DATA_KEYS,
     MODALITIES,
     ProbeError,
-    ProcessorProbe,
     audio_sampling_rate,
     config_token_ids,
     kwargs_key,
     needs_video_metadata,
     samples_by_time,
 )
+from .processor_probe import ProcessorProbe
 from .side_features import has_side_features
 from .token_counts import TokenCountsMixin
 from .token_inputs import media_need_token_ids

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import features, probes
+from . import features, probes, processor_probe
 from .forward_token_rows import TokenRows, agreed_rows, beyond_rounding
 
 ITEM_FILLS = (0, 255)
@@ -30,7 +30,7 @@ INPUT_IDS, ATTENTION_MASK = "input_ids", "attention_mask"
 
 
 def rows_beside_items(
-    hf_model: torch.nn.Module, probe: probes.ProcessorProbe, ids: torch.Tensor, alone: torch.Tensor, vocab_size: int,
+    hf_model: torch.nn.Module, probe: processor_probe.ProcessorProbe, ids: torch.Tensor, alone: torch.Tensor, vocab_size: int,
 ) -> tuple[TokenRows | None, dict[str, str]]:
     """Rows for `ids` (1-D, `ids[0]` an ordinary token) that the forward builds beside an
     item of any modality the processor takes otherwise than `alone` (what it builds for
@@ -51,7 +51,7 @@ def rows_beside_items(
 
 
 def _rows_beside(
-    hf_model: torch.nn.Module, probe: probes.ProcessorProbe, modality: str, ids: torch.Tensor, alone: torch.Tensor,
+    hf_model: torch.nn.Module, probe: processor_probe.ProcessorProbe, modality: str, ids: torch.Tensor, alone: torch.Tensor,
     vocab_size: int,
 ) -> TokenRows | None:
     """`rows_beside_items` for one modality. Its media tokens are left out of the ids asked:
@@ -78,7 +78,7 @@ def _rows_beside(
     return agreed_rows(asked.to(ids.device), runs, alone, vocab_size)
 
 
-def _processed_blanks(probe: probes.ProcessorProbe, modality: str) -> list[Any] | None:
+def _processed_blanks(probe: processor_probe.ProcessorProbe, modality: str) -> list[Any] | None:
     """The processor's output for one blank item of `modality` of each of `ITEM_FILLS`, in
     the first blank shape it accepts; None where it accepts none."""
     def processed(shape: probes.BlankShape) -> list[Any]:

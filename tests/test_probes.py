@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hf_bridge import frame
-from hf_bridge.probes import ProcessorProbe
+from hf_bridge.processor_probe import ProcessorProbe
 from hf_bridge.validate import parity
 
 PROBE_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers.conditioning import assert_well_conditioned
-from hf_bridge import features, probes
+from hf_bridge import features, probes, processor_probe
 from hf_bridge.forward_token_rows import EMBEDS, asked_ids, learn_token_rows
 from hf_bridge.rows_beside_items import rows_beside_items
 from hf_bridge.validate import parity
@@ -28,7 +28,7 @@ def _probe(model_dir):
 
     processor = AutoProcessor.from_pretrained(model_dir)
     config = AutoConfig.from_pretrained(model_dir)
-    return probes.ProcessorProbe(processor, processor.tokenizer, config, call=lambda data, kw: processor(**data, **kw, return_tensors="pt"))
+    return processor_probe.ProcessorProbe(processor, processor.tokenizer, config, call=lambda data, kw: processor(**data, **kw, return_tensors="pt"))
 
 
 def _asked_ids(probe):
