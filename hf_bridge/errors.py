@@ -14,7 +14,7 @@ _ONE = {"image": "an image", "video": "a video", "audio": "an audio clip"}
 
 
 def _processors_error(exc: BaseException) -> str:
-    """The processor's own error, under the one vLLM wraps it in naming the call: its type and first line."""
+    """An error's type and first line; a processor's own, under the one vLLM wraps it in naming the call."""
     cause = exc.__cause__ or exc
     reason = str(cause).splitlines()[0][:300] if str(cause) else ""
     return f"{type(cause).__name__}: {reason}" if reason else type(cause).__name__
@@ -468,6 +468,25 @@ def modalities_encoded_together(modalities: list[str], model_class: str, process
         f"modality can change how another is encoded (Phi-4-multimodal projects audio otherwise beside "
         f"an image). hf_bridge encodes each item alone, so such a request would not match transformers. "
         f"Send the {listed} in separate requests. ({type(processor).__name__})"
+    )
+
+
+def items_touch(first: tuple[str, int], second: tuple[str, int], model_class: str, error: BaseException) -> str:
+    (modality, index), (other, other_index) = first, second
+    return (
+        f"{modality}[{index}] and {other}[{other_index}] of this request have no text between them, and "
+        f"{model_class} lays its M-RoPE positions out by runs of one token type: it reads the two as one "
+        f"{modality}, and transformers cannot lay the prompt out ({_processors_error(error)}). "
+        "Put text between the items, as the model's chat template does (it marks each item): format the "
+        "prompt with the chat template, or send it through the chat API."
+    )
+
+
+def touching_items_unchecked(model_class: str, error: BaseException) -> str:
+    return (
+        f"hf_bridge cannot build {model_class} without weights to check the M-RoPE positions of a prompt "
+        f"whose media items have no text between them ({_processors_error(error)}); such a "
+        "prompt goes to the engine unchecked, where the model may fail to lay it out."
     )
 
 

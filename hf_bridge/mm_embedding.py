@@ -16,7 +16,7 @@ from .embeds import EMBEDS_KEY
 from .encoder_graphs.protocol import MODALITY as GRAPH_MODALITY
 from .placeholders import MODALITY_OF_TYPE
 from .probes import HF_DATA_KEYS
-from .processing import DATA_KEY, ENCODER_KEY, NUM_EMBEDS_KEY, STACKS_KEY
+from .item_keys import DATA_KEY, ENCODER_KEY, NUM_EMBEDS_KEY, STACKS_KEY
 
 
 class MultiModalEmbeddingMixin:

@@ -11,12 +11,14 @@ import ast
 import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 
 from .embeds import GRID_FIELDS, POSITION_FIELDS
 from .features import accepted_kwargs
 from .hf_classes import code_names, method_tree
+from .item_keys import DATA_KEY, TYPE_IDS_KEY
 
 ROPE_INDEX_METHOD = "get_rope_index"
 """transformers' method computing a prompt's M-RoPE positions."""
@@ -50,6 +52,25 @@ class Derivation:
         a prompt of that item, and the items' values are joined as they are."""
         namespace = {name: fields[name] for name in self.inputs}
         return eval(compile(self.expression, "<forward>", "eval"), {"torch": torch}, namespace)  # noqa: S307 - the model's own code
+
+
+def item_rope_inputs(modality: str, data: Mapping[str, Any], fields: Iterable[str]) -> tuple[torch.Tensor, dict[str, object]]:
+    """An item's token types and those of `fields` (`item_fields`) it has, read from its
+    processed data as hf_bridge's processor stores it (`item_keys`; each value's `.data`,
+    vLLM's `MultiModalKwargsItem`)."""
+    values = {key: field.data for key in fields if (field := data.get(DATA_KEY.format(modality, key))) is not None}
+    return data[TYPE_IDS_KEY.format(modality)].data, values
+
+
+def rope_index_arguments(model_class: type) -> tuple[dict[str, str], dict[str, Derivation]]:
+    """What `model_class`'s forward hands `get_rope_index` under other names than the
+    processor's fields (`names_handed_over`), and which of those it computes from the
+    fields (`derivations`); empty where it has no `get_rope_index`."""
+    get_rope_index = getattr(model_class, ROPE_INDEX_METHOD, None)
+    if get_rope_index is None:
+        return {}, {}
+    handed = names_handed_over(model_class, get_rope_index)
+    return handed, derivations(model_class, handed.values())
 
 
 def mrope_positions(get_rope_index: Callable | None, input_ids: list[int], items: Iterable[PlacedItem],

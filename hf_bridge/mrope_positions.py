@@ -9,8 +9,7 @@ from functools import cached_property
 import torch
 from vllm.multimodal.inputs import MultiModalFeatureSpec
 
-from .mrope import ROPE_INDEX_METHOD, Derivation, PlacedItem, derivations, item_fields, mrope_positions, names_handed_over
-from .processing import DATA_KEY, TYPE_IDS_KEY
+from .mrope import ROPE_INDEX_METHOD, Derivation, PlacedItem, item_fields, item_rope_inputs, mrope_positions, rope_index_arguments
 
 
 class MRoPEPositionsMixin:
@@ -24,18 +23,11 @@ class MRoPEPositionsMixin:
         fields = item_fields(get_rope_index, handed, derived) if get_rope_index is not None else ()
         items = []
         for feature in mm_features:
-            data = feature.data or {}
-            values = {key: field.data for key in fields if (field := data.get(DATA_KEY.format(feature.modality, key))) is not None}
-            items.append(PlacedItem(feature.mm_position.offset, data[TYPE_IDS_KEY.format(feature.modality)].data, values))
+            type_ids, values = item_rope_inputs(feature.modality, feature.data or {}, fields)
+            items.append(PlacedItem(feature.mm_position.offset, type_ids, values))
         return mrope_positions(get_rope_index, input_tokens, items, handed, derived)
 
     @cached_property
     def _rope_index_arguments(self) -> tuple[dict[str, str], dict[str, Derivation]]:
-        """What the HF model's forward hands `get_rope_index` under other names than the
-        processor's fields (`mrope.names_handed_over`), and which of those it computes from
-        the fields (`mrope.derivations`)."""
-        get_rope_index = getattr(self.model, ROPE_INDEX_METHOD, None)
-        if get_rope_index is None:
-            return {}, {}
-        handed = names_handed_over(type(self.model), get_rope_index)
-        return handed, derivations(type(self.model), handed.values())
+        """`mrope.rope_index_arguments` of the HF model's class."""
+        return rope_index_arguments(type(self.model))

@@ -14,7 +14,8 @@ three things, each a class of divergence from transformers:
   modality: when the processor cannot count, the count is read from processed output
   (`token_counts.py`).
 
-An item whose processing would lose something silently is refused (`item_checks.py`).
+An item whose processing would lose something silently is refused (`item_checks.py`), and
+so are items the model's M-RoPE positions cannot be laid out for (`touching_items_check.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from functools import cached_property
 from typing import Any
 
@@ -43,9 +43,11 @@ from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUp
 from . import LOGGER_NAME, embeds, errors, frame, media_scale, numbering, placeholders, processor_kwargs, split
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
+from .dummy_request import building_dummy_request, is_dummy_request
 from .features import encodes_inline, features_entry_name
 from .hf_classes import base_model_class, config_built_from
 from .item_checks import ItemChecksMixin, ProcessorKwargsRefused, clip_seconds, sent_size
+from .item_keys import DATA_KEY, ENCODER_KEY, EXPANSION_KEY, IS_EMBED_KEY, NUM_EMBEDS_KEY, STACKS_KEY, TYPE_IDS_KEY, own_keys
 from .probes import (
     AUDIO_SECONDS,
     HF_DATA_KEYS,
@@ -61,29 +63,13 @@ from .processor_probe import ProcessorProbe
 from .side_features import has_side_features
 from .token_counts import TokenCountsMixin
 from .token_inputs import media_need_token_ids
+from .touching_items_check import RopeInputs, TouchingItemsCheckMixin
 from .video_metadata import MetadataKeepingParser, refuse_sampling_a_part, with_video_metadata
 
 logger = init_logger(LOGGER_NAME)
 
-DATA_KEY = "{}.{}"
-"""An item's processor output `key` is stored as `"<modality>.<key>"`: two modalities
-may use one name (InternVL's videos arrive as `pixel_values`, like its images)."""
 ENTRY, INLINE = "entry", "inline"
 """How the HF model encodes a modality: through its `get_<modality>_features`, or inside its own forward."""
-ENCODER_KEY = "hf_bridge_{}_encoder"
-EXPANSION_KEY = "hf_bridge_{}_expansion"
-IS_EMBED_KEY = "hf_bridge_{}_is_embed"
-TYPE_IDS_KEY = "hf_bridge_{}_type_ids"
-NUM_EMBEDS_KEY = "hf_bridge_{}_num_embeds"
-STACKS_KEY = "hf_bridge_{}_stacks"
-"""Per-item fields hf_bridge adds to the processor output (see `own_keys`)."""
-
-
-def own_keys(modality: str) -> tuple[str, ...]:
-    return tuple(
-        k.format(modality) for k in (EXPANSION_KEY, IS_EMBED_KEY, TYPE_IDS_KEY, NUM_EMBEDS_KEY, ENCODER_KEY, STACKS_KEY)
-    )
-
 
 LEARNT_PROCESSORS = 4
 _PROBES: dict[tuple[int, str], ProcessorProbe] = {}
@@ -332,10 +318,6 @@ class HFBridgeProcessingInfo(TokenCountsMixin, MultiModalProcessingInfo):
         return learnt
 
 
-_DUMMY_REQUEST: ContextVar[bool] = ContextVar("hf_bridge_dummy_inputs", default=False)
-"""Set while vLLM builds a dummy request (per thread: its warm-up may run beside requests)."""
-
-
 class HFBridgeDataParser(MonoClipParser, MetadataKeepingParser):
     """vLLM's parser with every branch hf_bridge adds to it."""
 
@@ -350,7 +332,7 @@ class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
         return "".join(info.probes.item_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts)
 
 
-class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
+class HFBridgeMultiModalProcessor(TouchingItemsCheckMixin, ItemChecksMixin, MultiModalProcessor):
     """Processes each item alone and states its placeholder as a `PromptReplacement`."""
 
     info: HFBridgeProcessingInfo
@@ -365,11 +347,11 @@ class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
         the processor adds outside the expansions (`frame.py`) are added here, so the
         prompt vLLM runs is the one transformers runs.
         """
-        if not _DUMMY_REQUEST.get():
+        if not is_dummy_request():
             self._check_request_kwargs_read(inputs.hf_processor_mm_kwargs)
         counts = inputs.mm_data_items.get_all_counts()
         together = [m for m in self.info.inline_modalities if counts.get(m)]
-        if len(together) > 1 and not _DUMMY_REQUEST.get():
+        if len(together) > 1 and not is_dummy_request():
             model_class = base_model_class(self.info.get_hf_config()).__name__
             raise ValueError(errors.modalities_encoded_together(together, model_class, self.info.get_hf_processor()))
         frames = []
@@ -398,11 +380,31 @@ class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
             inputs = dataclasses.replace(inputs, prompt=probes.written_prompt(inputs.prompt, written, inputs.hf_processor_mm_kwargs))
         if frames:
             inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
-        result = super().apply(inputs, timing_ctx)
-        self._check_no_embedding_tokens_outside_items(result["prompt_token_ids"], result["mm_placeholders"])
-        if not _DUMMY_REQUEST.get():
-            self._check_text_kept_whole(inputs.hf_processor_mm_kwargs, len(result["prompt_token_ids"]))
+        try:
+            result = super().apply(inputs, timing_ctx)
+            self._check_no_embedding_tokens_outside_items(result["prompt_token_ids"], result["mm_placeholders"])
+            if not is_dummy_request():
+                self._check_text_kept_whole(inputs.hf_processor_mm_kwargs, len(result["prompt_token_ids"]))
+        except Exception:
+            self._forget_items_sent(inputs)
+            raise
         return result
+
+    def _forget_items_sent(self, inputs) -> None:
+        """Drop a refused request's items from vLLM's front-end processor cache. Once it has
+        merged them, it counts them as sent to the worker, which keeps its own copy; the
+        refused request never reaches the worker, so a later request with one of them would
+        go without its data, and the worker fail it (vLLM's P0/P1 cache drift). Dropped, an
+        item is processed and sent again."""
+        if inputs.cache is None:
+            return
+        try:
+            hashes = self._get_mm_hashes(inputs)
+        except Exception:  # noqa: BLE001 - unhashable: never cached; the request's own error is raised
+            return
+        for item_hashes in hashes.values():
+            for item_hash in item_hashes:
+                inputs.cache.invalidate(item_hash)
 
     def _check_request_kwargs_read(self, request_kwargs: Mapping[str, object]) -> None:
         """Refuse the request's processor kwargs that nothing would read (`processor_kwargs.py`):
@@ -448,11 +450,8 @@ class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
     def get_dummy_mm_inputs(self, *args, **kwargs):
         """vLLM's dummy request, of every modality at once for its processor warm-up: served
         whatever its modalities, as it only sizes and warms the processor."""
-        token = _DUMMY_REQUEST.set(True)
-        try:
+        with building_dummy_request():
             return super().get_dummy_mm_inputs(*args, **kwargs)
-        finally:
-            _DUMMY_REQUEST.reset(token)
 
     def _get_hf_mm_inputs(self, mm_items: MultiModalDataItems, hf_kwargs: Mapping[str, object]):
         """vLLM's, with each video's metadata also where the processor was saved not to
@@ -564,20 +563,20 @@ class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
         updates = []
         for modality, items in out_mm_kwargs.items():
             # Popped: the update is cached beside the item, the model needs neither
-            expansions = [(item.pop(EXPANSION_KEY.format(modality)).data.tolist(), item.pop(IS_EMBED_KEY.format(modality)).data.clone())
-                          for item in items]
+            expansions = [(item.pop(EXPANSION_KEY.format(modality)).data.tolist(), item.pop(IS_EMBED_KEY.format(modality)).data.clone(),
+                           self._rope_inputs(modality, item)) for item in items]
             target = self.info.probes.placeholder_ids(modality)
             replacement = functools.partial(self._numbered_replacement, modality, expansions, dict(hf_processor_mm_kwargs))
             updates.append(PromptReplacement(modality=modality, target=target, replacement=replacement))
         return updates
 
-    def _numbered_replacement(self, modality: str, expansions: Sequence[tuple[list[int], torch.Tensor]],
+    def _numbered_replacement(self, modality: str, expansions: Sequence[tuple[list[int], torch.Tensor, RopeInputs | None]],
                               hf_kwargs: Mapping[str, object], item_idx: int) -> PromptUpdateDetails:
         """The expansion of item `item_idx` of the items processed together, numbered as
         the processor numbers it among them (`numbering.py`): each item was processed alone."""
-        full, mask = expansions[item_idx]
+        full, mask, rope_inputs = expansions[item_idx]
         return NumberedDetails(full=self._numbered(modality, full, mask, hf_kwargs, item_idx),
-                               is_embed=lambda _, m=mask: m, alone=full, hf_kwargs=hf_kwargs)
+                               is_embed=lambda _, m=mask: m, alone=full, hf_kwargs=hf_kwargs, rope_inputs=rope_inputs)
 
     def _recompute_cached_prompt_update(self, cached_update, new_item_idx: int):
         """vLLM resolves an update at the item's index among the cache misses it processed,
@@ -593,7 +592,7 @@ class HFBridgeMultiModalProcessor(ItemChecksMixin, MultiModalProcessor):
 
     def _numbered(self, modality: str, alone: list[int], mask: torch.Tensor, hf_kwargs: Mapping[str, object],
                   index: int) -> list[int]:
-        if _DUMMY_REQUEST.get():  # profiling sizes only; numbering keeps sizes
+        if is_dummy_request():  # profiling sizes only; numbering keeps sizes
             return alone
         window = self.info.probes.number_window(modality, index, hf_kwargs)
         try:
@@ -610,6 +609,8 @@ class NumberedDetails(PromptUpdateDetails):
     """The item's expansion as the processor writes it alone (numbered as the first item)."""
     hf_kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
     """The processor kwargs the number is learnt under."""
+    rope_inputs: RopeInputs | None = None
+    """What the check of items that touch needs of the item (`touching_items_check.py`)."""
 
 
 def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],

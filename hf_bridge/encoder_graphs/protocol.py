@@ -21,7 +21,7 @@ import torch
 from vllm.logger import init_logger
 
 from .. import LOGGER_NAME
-from ..processing import DATA_KEY, NUM_EMBEDS_KEY
+from ..item_keys import DATA_KEY, NUM_EMBEDS_KEY
 from ..split import unbatched
 from .tiles import Ineligible, ProbedItem, TileLayout, budget_range, tile_layout
 

@@ -60,6 +60,41 @@ def bad_input(model_dir: str) -> None:
         emit(step=f"good_after_{name}", ok=True, tokens=list(out.outputs[0].token_ids))
 
 
+def touching_items(model_dir: str) -> None:
+    """A Qwen2-VL checkpoint without a chat template, whose placeholder is the bare
+    `<|image_pad|>`: two images with no text between them (`touching_items.py`), first as
+    processor-cache hits, then with an image not seen before, each followed by the good
+    request; an image beside a video, which the model lays out apart (two token types)."""
+    from vllm import SamplingParams
+
+    from hf_bridge.validate import parity
+    from hf_bridge.validate.engine import make_llm
+
+    llm = make_llm(model_dir, limit_mm_per_prompt={"image": 2, "video": 1})
+    seen, other, new = parity.test_image(64, 64, 1), parity.test_image(48, 80, 2), parity.test_image(32, 32, 3)
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+
+    def apart(first, second):
+        return {"prompt": "<|image_pad|>and<|image_pad|>Describe.", "multi_modal_data": {"image": [first, second]}}
+
+    steps = {
+        "good_before": apart(seen, other),
+        "touching_seen": {"prompt": "<|image_pad|><|image_pad|>Describe.", "multi_modal_data": {"image": [seen, other]}},
+        "good_after_touching_seen": apart(seen, other),
+        "touching_new": {"prompt": "<|image_pad|><|image_pad|>", "multi_modal_data": {"image": [new, seen]}},
+        "good_with_the_new_image": apart(new, seen),
+        "image_beside_video": {"prompt": "<|image_pad|><|video_pad|>Describe.",
+                               "multi_modal_data": {"image": seen, "video": parity.test_video()}},
+        "good_after_all": apart(seen, other),
+    }
+    for name, request in steps.items():
+        try:
+            (out,) = llm.generate([request], params, use_tqdm=False)
+            emit(step=name, ok=True, tokens=list(out.outputs[0].token_ids), finish_reason=out.outputs[0].finish_reason)
+        except Exception as exc:  # the message is what the test checks
+            emit(step=name, ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
 def engine_start(model_dir: str) -> None:
     """Starts an engine, with the engine kwargs `$ENGINE_KWARGS` (JSON) names."""
     from hf_bridge.validate.engine import make_llm
@@ -118,5 +153,5 @@ def case_result(model_dir: str) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     scenarios = {"bad-input": bad_input, "engine-start": engine_start, "tensor-parallel": tensor_parallel,
-                 "case-result": case_result}
+                 "case-result": case_result, "touching-items": touching_items}
     scenarios[sys.argv[1]](sys.argv[2])
