@@ -21,7 +21,6 @@ so are items the model's M-RoPE positions cannot be laid out for (`touching_item
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
@@ -36,11 +35,10 @@ from vllm.model_executor.models.transformers.multimodal import (
     MultiModalProcessingInfo,
     MultiModalProcessor,
 )
-from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
+from vllm.multimodal.inputs import MultiModalFieldConfig
 from vllm.multimodal.parse import MultiModalDataItems, MultiModalDataParser
-from vllm.multimodal.processing import PromptReplacement, PromptUpdate, PromptUpdateDetails
 
-from . import LOGGER_NAME, embeds, errors, frame, media_scale, numbering, placeholders, processor_kwargs, split
+from . import LOGGER_NAME, embeds, errors, frame, media_scale, placeholders, processor_kwargs, split
 from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
 from .audio_resampling import installed_resampler
 from .dummy_request import building_dummy_request, is_dummy_request
@@ -59,11 +57,12 @@ from .probes import (
     needs_video_metadata,
     samples_by_time,
 )
+from .numbered_updates import NumberedUpdatesMixin
 from .processor_probe import ProcessorProbe
 from .side_features import has_side_features
 from .token_counts import TokenCountsMixin
 from .token_inputs import media_need_token_ids
-from .touching_items_check import RopeInputs, TouchingItemsCheckMixin
+from .touching_items_check import TouchingItemsCheckMixin
 from .video_metadata import MetadataKeepingParser, refuse_sampling_a_part, with_video_metadata
 
 logger = init_logger(LOGGER_NAME)
@@ -332,7 +331,7 @@ class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
         return "".join(info.probes.item_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts)
 
 
-class HFBridgeMultiModalProcessor(TouchingItemsCheckMixin, ItemChecksMixin, MultiModalProcessor):
+class HFBridgeMultiModalProcessor(NumberedUpdatesMixin, TouchingItemsCheckMixin, ItemChecksMixin, MultiModalProcessor):
     """Processes each item alone and states its placeholder as a `PromptReplacement`."""
 
     info: HFBridgeProcessingInfo
@@ -553,64 +552,6 @@ class HFBridgeMultiModalProcessor(TouchingItemsCheckMixin, ItemChecksMixin, Mult
                 for key in own_keys(modality):
                     fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=True)
         return fields
-
-    def _get_prompt_updates(
-        self,
-        mm_items: MultiModalDataItems,
-        hf_processor_mm_kwargs: Mapping[str, object],
-        out_mm_kwargs: MultiModalKwargsItems,
-    ) -> Sequence[PromptUpdate]:
-        updates = []
-        for modality, items in out_mm_kwargs.items():
-            # Popped: the update is cached beside the item, the model needs neither
-            expansions = [(item.pop(EXPANSION_KEY.format(modality)).data.tolist(), item.pop(IS_EMBED_KEY.format(modality)).data.clone(),
-                           self._rope_inputs(modality, item)) for item in items]
-            target = self.info.probes.placeholder_ids(modality)
-            replacement = functools.partial(self._numbered_replacement, modality, expansions, dict(hf_processor_mm_kwargs))
-            updates.append(PromptReplacement(modality=modality, target=target, replacement=replacement))
-        return updates
-
-    def _numbered_replacement(self, modality: str, expansions: Sequence[tuple[list[int], torch.Tensor, RopeInputs | None]],
-                              hf_kwargs: Mapping[str, object], item_idx: int) -> PromptUpdateDetails:
-        """The expansion of item `item_idx` of the items processed together, numbered as
-        the processor numbers it among them (`numbering.py`): each item was processed alone."""
-        full, mask, rope_inputs = expansions[item_idx]
-        return NumberedDetails(full=self._numbered(modality, full, mask, hf_kwargs, item_idx),
-                               is_embed=lambda _, m=mask: m, alone=full, hf_kwargs=hf_kwargs, rope_inputs=rope_inputs)
-
-    def _recompute_cached_prompt_update(self, cached_update, new_item_idx: int):
-        """vLLM resolves an update at the item's index among the cache misses it processed,
-        and reuses it from its cache in later requests: numbered again for the index
-        the item has in this request."""
-        update = super()._recompute_cached_prompt_update(cached_update, new_item_idx)
-        content = update.content
-        if not isinstance(content, NumberedDetails) or cached_update.item_idx == new_item_idx:
-            return update
-        mask = content.is_embed(content.alone)
-        full = self._numbered(update.modality, content.alone, mask, content.hf_kwargs, new_item_idx)
-        return dataclasses.replace(update, content=dataclasses.replace(content, full=full))
-
-    def _numbered(self, modality: str, alone: list[int], mask: torch.Tensor, hf_kwargs: Mapping[str, object],
-                  index: int) -> list[int]:
-        if is_dummy_request():  # profiling sizes only; numbering keeps sizes
-            return alone
-        window = self.info.probes.number_window(modality, index, hf_kwargs)
-        try:
-            return numbering.renumber(alone, mask.tolist(), window)
-        except placeholders.PlaceholderError as exc:
-            raise ValueError(errors.unnumberable_item(modality, index, exc, self.info.get_hf_processor())) from exc
-
-
-@dataclasses.dataclass
-class NumberedDetails(PromptUpdateDetails):
-    """An item's replacement, with what numbering it again for another index needs."""
-
-    alone: list[int] = dataclasses.field(default_factory=list)
-    """The item's expansion as the processor writes it alone (numbered as the first item)."""
-    hf_kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
-    """The processor kwargs the number is learnt under."""
-    rope_inputs: RopeInputs | None = None
-    """What the check of items that touch needs of the item (`touching_items_check.py`)."""
 
 
 def _merge_items(per_modality: Mapping[str, list[tuple[BatchFeature, placeholders.Expansion]]],
