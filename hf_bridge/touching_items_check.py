@@ -16,7 +16,7 @@ from vllm.multimodal.inputs import MultiModalKwargsItem
 from . import LOGGER_NAME, errors
 from .dummy_request import is_dummy_request
 from .hf_classes import base_model_class
-from .mrope import ROPE_INDEX_METHOD, PlacedItem, item_fields, item_rope_inputs, mrope_positions, rope_index_arguments
+from .mrope import ROPE_INDEX_METHOD, Derivation, PlacedItem, item_fields, item_rope_inputs, mrope_positions, rope_index_arguments
 from .touching_items import touching, touching_error
 
 logger = init_logger(LOGGER_NAME)
@@ -43,7 +43,12 @@ class TouchingItemsCheckMixin:
             return None
         model_class = base_model_class(self.info.get_hf_config())
         get_rope_index = getattr(model_class, ROPE_INDEX_METHOD, None)
-        return None if get_rope_index is None else item_fields(get_rope_index, *rope_index_arguments(model_class))
+        return None if get_rope_index is None else item_fields(get_rope_index, *self._rope_index_arguments)
+
+    @cached_property
+    def _rope_index_arguments(self) -> tuple[dict[str, str], dict[str, Derivation]]:
+        """`mrope.rope_index_arguments` of the HF model's class."""
+        return rope_index_arguments(base_model_class(self.info.get_hf_config()))
 
     @cached_property
     def _positions(self) -> Callable[[list[int], list[PlacedItem]], object] | None:
@@ -59,7 +64,7 @@ class TouchingItemsCheckMixin:
             logger.warning(errors.touching_items_unchecked(model_class.__name__, error))
             return None
         get_rope_index = getattr(model, ROPE_INDEX_METHOD)
-        handed, derived = rope_index_arguments(model_class)
+        handed, derived = self._rope_index_arguments
         return lambda input_ids, items: mrope_positions(get_rope_index, input_ids, items, handed, derived)
 
     def _maybe_apply_prompt_updates(self, mm_items, mm_res):
