@@ -47,18 +47,30 @@ class DecoderInputsMixin:
         if taker is text_model and keep_eager(text_model):
             logger.info("hf_bridge runs %s eagerly: it takes its per-layer inputs from hf_bridge itself", type(text_model).__name__)
 
-    def _learn_token_tables(self) -> dict[str, dict[int, int]]:
-        """`token_tables.py`: per-token inputs the processor derives from the ids alone, for
-        the HF base model (Ernie 4.5 VL's experts chosen by modality)."""
+    def _checkpoint_processor(self, to_learn: str):
+        """The checkpoint's HF processor as vLLM's front end loads it (cached there), or None
+        where it does not load: the front end's own loading then refuses the model."""
         from vllm.transformers_utils.processor import cached_processor_from_config
 
         from .processing import hf_processor_class
 
+        model_config = self.model_config
+        try:
+            return cached_processor_from_config(model_config, hf_processor_class(model_config.model, model_config.revision))
+        except Exception as error:  # noqa: BLE001 - reported where the front end loads it
+            logger.warning("hf_bridge learns no %s for %s: its processor did not load (%s: %s)",
+                           to_learn, type(self.model).__name__, type(error).__name__, error)
+            return None
+
+    def _learn_token_tables(self) -> dict[str, dict[int, int]]:
+        """`token_tables.py`: per-token inputs the processor derives from the ids alone, for
+        the HF base model (Ernie 4.5 VL's experts chosen by modality)."""
         base = type(self.model)
         if not may_take_token_fields(list(inspect.signature(base.forward).parameters)):
             return {}
-        model_config = self.model_config
-        processor = cached_processor_from_config(model_config, hf_processor_class(model_config.model, model_config.revision))
+        processor = self._checkpoint_processor("per-token inputs")
+        if processor is None:
+            return {}
         fields = token_fields(processor, lambda name: forward_takes(base, name))
         try:
             tables = learn_token_tables(processor, fields) if fields else {}
@@ -143,17 +155,11 @@ class DecoderInputsMixin:
     def _rows_beside_items(self, ids: torch.Tensor, alone: torch.Tensor, vocab_size: int) -> TokenRows | None:
         """Rows the HF forward builds for `ids` beside an item otherwise than with the ids
         alone (`alone`, its rows for them), `rows_beside_items.py`."""
-        from vllm.transformers_utils.processor import cached_processor_from_config
-
-        from .processing import hf_processor_class
         from .processor_probe import ProcessorProbe
 
         model_config = self.model_config
-        try:
-            processor = cached_processor_from_config(model_config, hf_processor_class(model_config.model, model_config.revision))
-        except Exception as error:  # noqa: BLE001 - the front end's own loading reports it
-            logger.info("hf_bridge asks %s's forward with token ids alone: its processor did not load (%s: %s)",
-                        type(self.model).__name__, type(error).__name__, error)
+        processor = self._checkpoint_processor("rows beside items")
+        if processor is None:
             return None
         tokenizer = getattr(processor, "tokenizer", None)
         if tokenizer is None:
