@@ -14,21 +14,20 @@ three things, each a class of divergence from transformers:
   modality: when the processor cannot count, the count is read from processed output
   (`token_counts.py`).
 
-An item whose processing would lose something silently is refused (`item_checks.py`), and
-so are items the model's M-RoPE positions cannot be laid out for (`touching_items_check.py`).
+A request whose placeholders do not match its items is refused (`placeholder_pairing.py`),
+and so is an item whose processing would lose something silently (`item_checks.py`), and
+items the model's M-RoPE positions cannot be laid out for (`touching_items_check.py`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import BatchFeature
-from vllm.exceptions import VLLMValidationError
 from vllm.logger import init_logger
 from vllm.model_executor.models.transformers.multimodal import (
     MultiModalDummyInputsBuilder,
@@ -36,39 +35,34 @@ from vllm.model_executor.models.transformers.multimodal import (
     MultiModalProcessor,
 )
 from vllm.multimodal.inputs import MultiModalFieldConfig
-from vllm.multimodal.parse import MultiModalDataItems, MultiModalDataParser
+from vllm.multimodal.parse import MultiModalDataItems
 
 from . import LOGGER_NAME, embeds, errors, frame, media_scale, placeholders, processor_kwargs, split
-from .audio_channels import ArrayRowsAudioItems, MonoClipParser, array_rows_shape
-from .audio_resampling import installed_resampler
 from .dummy_request import building_dummy_request, is_dummy_request
-from .features import encodes_inline, features_entry_name
-from .hf_classes import base_model_class, config_built_from
+from .encoding_paths import EncodingPathsMixin
+from .hf_classes import config_built_from
 from .item_checks import ItemChecksMixin, ProcessorKwargsRefused, clip_seconds, sent_size
 from .item_keys import DATA_KEY, ENCODER_KEY, EXPANSION_KEY, IS_EMBED_KEY, NUM_EMBEDS_KEY, STACKS_KEY, TYPE_IDS_KEY, own_keys
 from .probes import (
     AUDIO_SECONDS,
     HF_DATA_KEYS,
-    MODALITIES,
     ProbeError,
     audio_sampling_rate,
-    config_token_ids,
     kwargs_key,
     needs_video_metadata,
     samples_by_time,
 )
+from .media_parsing import MediaParsingMixin
 from .numbered_updates import NumberedUpdatesMixin
+from .placeholder_pairing import PlaceholderPairingMixin
 from .processor_probe import ProcessorProbe
 from .side_features import has_side_features
 from .token_counts import TokenCountsMixin
 from .token_inputs import media_need_token_ids
 from .touching_items_check import TouchingItemsCheckMixin
-from .video_metadata import MetadataKeepingParser, refuse_sampling_a_part, with_video_metadata
+from .video_metadata import refuse_sampling_a_part, with_video_metadata
 
 logger = init_logger(LOGGER_NAME)
-
-ENTRY, INLINE = "entry", "inline"
-"""How the HF model encodes a modality: through its `get_<modality>_features`, or inside its own forward."""
 
 LEARNT_PROCESSORS = 4
 _PROBES: dict[tuple[int, str], ProcessorProbe] = {}
@@ -95,7 +89,7 @@ def hf_processor_class(model: str, revision: str | None) -> type:
     return own if isinstance(own, type) and issubclass(own, ProcessorMixin) else ProcessorMixin
 
 
-class HFBridgeProcessingInfo(TokenCountsMixin, MultiModalProcessingInfo):
+class HFBridgeProcessingInfo(TokenCountsMixin, EncodingPathsMixin, MediaParsingMixin, MultiModalProcessingInfo):
     """What the processor can do, learnt from the HF processor itself (`probes.py`)."""
 
     @cached_property
@@ -221,39 +215,6 @@ class HFBridgeProcessingInfo(TokenCountsMixin, MultiModalProcessingInfo):
         if padding and (added := self.probes.pad_tokens_added) > 0:
             raise ValueError(errors.engine_kwargs_pad_the_text(padding, added, self.get_tokenizer().pad_token_id))
 
-    @cached_property
-    def _encoding_paths(self) -> dict[str, str | None]:
-        """How the HF model encodes each of the processor's modalities: through its entry
-        (`ENTRY`), inside its own forward (`INLINE`, `features.encodes_inline`), or not at
-        all (None). Empty where there is no model class to ask: the encoder says so if it must."""
-        config = self.get_hf_config()
-        model_class = base_model_class(config)
-        if model_class is None:
-            return {}
-        paths: dict[str, str | None] = {}
-        for modality in super()._get_supported_modalities():
-            if features_entry_name(model_class, modality) is not None:
-                paths[modality] = ENTRY
-            else:
-                paths[modality] = INLINE if encodes_inline(model_class, config, modality) else None
-        return paths
-
-    @cached_property
-    def unencodable_modalities(self) -> dict[str, str]:
-        """The processor's modalities that the HF model can encode neither through an entry
-        nor inline, each with why it is not served."""
-        unencodable = [m for m, path in self._encoding_paths.items() if path is None]
-        if not unencodable:
-            return {}
-        model_name = base_model_class(self.get_hf_config()).__name__
-        return {m: errors.modality_not_encodable(m, model_name, self.get_hf_processor()) for m in unencodable}
-
-    @cached_property
-    def inline_modalities(self) -> list[str]:
-        """The processor's modalities that the HF model encodes inside its own forward:
-        one forward, where they may change each other's encoding."""
-        return [m for m, path in self._encoding_paths.items() if path == INLINE]
-
     def text_only_frame(self) -> frame.PromptFrame:
         """What the processor adds to a prompt without items, which vLLM tokenizes without
         running this processor: `text_only_prompts.py` adds it there. Where the processor
@@ -277,48 +238,12 @@ class HFBridgeProcessingInfo(TokenCountsMixin, MultiModalProcessingInfo):
             raise ValueError(errors.unsupported_modality(modality, self.supported_mm_limits, processor))
         super().validate_num_items(modality, num_items)
 
-    def get_data_parser(self) -> MultiModalDataParser:
-        """vLLM's parser for this processor, taking embedding items as dicts too (`embeds.py`),
-        keeping each given video's metadata (`video_metadata.py`), averaging each clip's
-        channels (`audio_channels.py`), resampling audio with a method that is installed
-        (`audio_resampling.py`)."""
-        parser = super().get_data_parser()
-        parser.__class__ = HFBridgeDataParser  # adds branches; every setting kept
-        parser.audio_resampler.method = installed_resampler(parser.audio_resampler.method)
-        return parser
-
-    def parse_mm_data(self, mm_data, *, validate: bool = True):
-        if validate:
-            errors.check_media_types(mm_data)
-            self._check_embeddings_taken(mm_data)
-        try:
-            return super().parse_mm_data(mm_data, validate=validate)
-        except VLLMValidationError as exc:  # vLLM's count of the items it read
-            shape = array_rows_shape(mm_data.get("audio"))
-            if exc.parameter != "audio" or shape is None:
-                raise
-            raise VLLMValidationError(f"{exc.args[0]} {errors.audio_rows_read_as_clips(shape)}", parameter="audio") from exc
-
-    def _check_embeddings_taken(self, mm_data) -> None:
-        """vLLM reads a bare 3-D torch tensor as embeddings, and refuses them without
-        `enable_mm_embeds` by naming that flag alone; an image tensor as torchvision reads
-        it (channels x height x width) is pixels, which the refusal should say how to send."""
-        if self.ctx.get_mm_config().enable_mm_embeds:
-            return
-        for modality, value in mm_data.items():
-            if modality in MODALITIES and MultiModalDataParser.is_embeddings(value):
-                raise ValueError(errors.embeddings_not_taken(modality, value))
-
     def frame(self, modality: str) -> frame.PromptFrame:
         """What the processor adds to prompts with `modality` items (`ProcessorProbe.frame`)."""
         learnt = self.probes.frame(modality)
         if not learnt.is_empty:
             logger.info_once("hf_bridge: %s prompts get the processor's own tokens: %s", modality, learnt)
         return learnt
-
-
-class HFBridgeDataParser(MonoClipParser, MetadataKeepingParser):
-    """vLLM's parser with every branch hf_bridge adds to it."""
 
 
 class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
@@ -331,54 +256,19 @@ class HFBridgeDummyInputsBuilder(MultiModalDummyInputsBuilder):
         return "".join(info.probes.item_text(m) * n for m, n in mm_counts.items() if n and m in info.probes.placeholder_texts)
 
 
-class HFBridgeMultiModalProcessor(NumberedUpdatesMixin, TouchingItemsCheckMixin, ItemChecksMixin, MultiModalProcessor):
+class HFBridgeMultiModalProcessor(NumberedUpdatesMixin, TouchingItemsCheckMixin, PlaceholderPairingMixin, ItemChecksMixin,
+                                  MultiModalProcessor):
     """Processes each item alone and states its placeholder as a `PromptReplacement`."""
 
     info: HFBridgeProcessingInfo
 
     def apply(self, inputs, timing_ctx):
-        """Pair placeholders with items, then lay the prompt out as the HF processor would.
-
-        vLLM would silently leave a surplus placeholder in the prompt as a plain token;
-        transformers refuses such a prompt, and so does hf_bridge, with the fix; so is a
-        request with items of several modalities that the model encodes inside one forward
-        (`inline_modalities`), which encoding each item alone cannot reproduce. Tokens
-        the processor adds outside the expansions (`frame.py`) are added here, so the
-        prompt vLLM runs is the one transformers runs.
-        """
+        """Pair placeholders with items and lay the prompt out as the HF processor would
+        (`placeholder_pairing.py`), then vLLM's processing, with each item alone; a refused
+        request's items leave the front-end cache."""
         if not is_dummy_request():
             self._check_request_kwargs_read(inputs.hf_processor_mm_kwargs)
-        counts = inputs.mm_data_items.get_all_counts()
-        together = [m for m in self.info.inline_modalities if counts.get(m)]
-        if len(together) > 1 and not is_dummy_request():
-            model_class = base_model_class(self.info.get_hf_config()).__name__
-            raise ValueError(errors.modalities_encoded_together(together, model_class, self.info.get_hf_processor()))
-        frames = []
-        probes = self.info.probes
-        for modality in sorted(set(counts) | set(probes.placeholder_texts)):
-            text = probes.placeholder_texts.get(modality)
-            if text is None:
-                continue
-            target = probes.placeholder_ids(modality)
-            found = placeholders.count_sublist(inputs.prompt, target)
-            given = counts.get(modality, 0)
-            prompt_frame = self.info.frame(modality) if given else None
-            if prompt_frame is not None and prompt_frame.inserts_item:
-                if found:
-                    raise ValueError(errors.placeholder_not_wanted(modality, text, found, self.info.get_hf_processor()))
-            elif found != given and (given or found):
-                expanded = self._expanded_placeholder(modality, inputs.prompt, given)
-                message = errors.placeholder_mismatch(modality, text, found, given, expanded)
-                if isinstance(rows := inputs.mm_data_items.get(modality), ArrayRowsAudioItems):
-                    message += " " + errors.audio_rows_read_as_clips(rows.array_shape)
-                raise ValueError(message)
-            if prompt_frame is not None and not prompt_frame.is_empty:
-                frames.append((prompt_frame, target, given))
-        written = {m: n for m, n in counts.items() if n and m in probes.writes_prompt}
-        if written:  # the processor lays these out itself, from the text (`text_step.py`)
-            inputs = dataclasses.replace(inputs, prompt=probes.written_prompt(inputs.prompt, written, inputs.hf_processor_mm_kwargs))
-        if frames:
-            inputs = dataclasses.replace(inputs, prompt=frame.apply_frame(inputs.prompt, frames))
+        inputs = self._paired_with_items(inputs)
         try:
             result = super().apply(inputs, timing_ctx)
             self._check_no_embedding_tokens_outside_items(result["prompt_token_ids"], result["mm_placeholders"])
@@ -421,30 +311,6 @@ class HFBridgeMultiModalProcessor(NumberedUpdatesMixin, TouchingItemsCheckMixin,
         model_max_length = getattr(self.info.get_tokenizer(), "model_max_length", None)
         if (cut_to := processor_kwargs.text_cut_to(merged, prompt_tokens, model_max_length)) is not None:
             raise ProcessorKwargsRefused(errors.kwargs_truncate_the_text(cut_to, prompt_tokens))
-
-    def _expanded_placeholder(self, modality: str, prompt: list[int], given: int) -> tuple[str, int] | None:
-        """(token, times) where the prompt holds the token the model reads the modality's
-        embeddings at more times in a row than the request has items: the HF processor's
-        `input_ids`, whose placeholders it expanded already, sent as the prompt."""
-        token = config_token_ids(self.info.probes.config).get(modality)
-        if token is None or (longest := placeholders.longest_run(prompt, token)) <= max(given, 1):
-            return None
-        return self.info.get_tokenizer().decode([token]), longest
-
-    def _check_no_embedding_tokens_outside_items(self, prompt: list[int], ranges: Mapping[str, Sequence[Any]]) -> None:
-        """Refuse a prompt holding a token the model reads embeddings at (its config's
-        `image_token_id`...) outside every item's placeholder. The HF processor's
-        `input_ids` sent as the prompt hold them, and where the placeholder survives its
-        expansion (Gemma3's `<start_of_image>`) vLLM expanded it again, silently; or the
-        text names the token itself. vLLM runs such a token as text, where transformers
-        refuses it for the features it lacks."""
-        spans = [(r.offset, r.length) for per_modality in ranges.values() for r in per_modality]
-        for modality, token in config_token_ids(self.info.probes.config).items():
-            if stray := placeholders.count_outside(prompt, token, spans):
-                inserts = modality in self.info.probes.placeholder_texts and self.info.frame(modality).inserts_item
-                raise ValueError(errors.embedding_tokens_outside_items(
-                    modality, self.info.get_tokenizer().decode([token]), stray, self.info.probes.placeholder_texts.get(modality),
-                    self.info.get_hf_processor() if inserts else None))
 
     def get_dummy_mm_inputs(self, *args, **kwargs):
         """vLLM's dummy request, of every modality at once for its processor warm-up: served
