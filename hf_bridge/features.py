@@ -102,7 +102,7 @@ def _encode(
     device = next(hf_model.parameters()).device
     fields = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in fields.items()}
     completed = modality in _COMPLETED_BY_FORWARD.get(hf_model, ()) and num_embeds is not None  # else the entry counts the rows
-    if completed or encodes_inline(hf_model, hf_model.config, modality):
+    if completed or encodes_inline(hf_model, hf_model.config, modality) or entry_reads_token_ids(hf_model, modality):
         return _inline(hf_model, modality, fields, num_embeds, side_features)
     get_features = features_entry(hf_model, modality)
     accepted = accepted_kwargs(get_features)
@@ -196,6 +196,23 @@ def features_entry_name(model: Any, modality: str) -> str | None:
     items inline (Qwen2-Audio: `encodes_inline`)."""
     names = (f"get_{modality}_features", "get_image_features") if modality == "video" else (f"get_{modality}_features",)
     return next((name for name in names if hasattr(model, name)), None)
+
+
+def entry_reads_token_ids(model: Any, modality: str) -> bool:
+    """Whether the HF model's (or model class's) entry for `modality` requires the prompt's
+    token ids: Music Flamingo's `get_audio_features` times a clip's windows by its run of
+    audio tokens. Only the forward, which holds them, can call it; each item is then
+    encoded alone, its run its own."""
+    return _entry_reads_token_ids(model if isinstance(model, type) else type(model), modality)
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_reads_token_ids(model_class: type, modality: str) -> bool:  # asked on every encoder call
+    name = features_entry_name(model_class, modality)
+    if name is None:
+        return False
+    parameter = inspect.signature(getattr(model_class, name)).parameters.get("input_ids")
+    return parameter is not None and parameter.default is parameter.empty
 
 
 def features_entry(hf_model: torch.nn.Module, modality: str):

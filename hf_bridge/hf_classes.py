@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
 import types
@@ -136,7 +137,9 @@ def delegated_weights(weights: Iterable[tuple[str, Any]], prefix: str) -> Iterat
 
 def multimodal_generation_class(model_type: str | None):
     """The multimodal class a transformers user generates with for `model_type`:
-    image-text-to-text, else multimodal LM (audio-language models), or None."""
+    image-text-to-text, else multimodal LM (audio-language models), else a decoder-only
+    class with a media entry that transformers lists as sequence-to-sequence only (Audio
+    Flamingo 3's, `AutoModelForSeq2SeqLM`), or None."""
     import transformers
     from transformers.models.auto import modeling_auto
 
@@ -147,7 +150,30 @@ def multimodal_generation_class(model_type: str | None):
         name = mapping.get(model_type)
         if isinstance(name, str) and hasattr(transformers, name):
             return getattr(transformers, name)
+    name = modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    cls = getattr(transformers, name, None) if isinstance(name, str) else None
+    if cls is not None and _has_media_entry(cls) and not _is_encoder_decoder(model_type):
+        return cls
     return None
+
+
+def _has_media_entry(cls: type) -> bool:
+    from .features import features_entry_name
+    from .probes import MODALITIES
+
+    return any(features_entry_name(cls, modality) is not None for modality in MODALITIES)
+
+
+@functools.cache
+def _is_encoder_decoder(model_type: str) -> bool:
+    """Whether the model type's default config is an encoder-decoder (Whisper's,
+    T5's), which vLLM's Transformers backend does not serve."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        return bool(getattr(CONFIG_MAPPING[model_type](), "is_encoder_decoder", False))
+    except Exception:  # noqa: BLE001 - a config with no defaults: not taken, as before
+        return True
 
 
 def mark_trusted_code(config) -> None:

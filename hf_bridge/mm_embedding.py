@@ -53,7 +53,8 @@ class MultiModalEmbeddingMixin:
         if items and given_rows in items[0]:  # sent as embeddings (`embeds.py`): no encoder
             dtype = next(self.parameters()).dtype  # lm_head is missing on a pipeline's earlier ranks
             return [item[given_rows].to(dtype) for item in items]
-        groups = split.batch_groups(signatures) if stacks else [[i] for i in range(len(items))]
+        batches = stacks and not features.entry_reads_token_ids(self.model, encoder)
+        groups = split.batch_groups(signatures) if batches else [[i] for i in range(len(items))]
         for group in groups:
             every_item = group == list(range(len(items)))  # in order: vLLM's stacked tensors already hold them
             fields = {k: _joined(stacked[k]) if every_item and k in stacked else features.join_items([items[i][k] for i in group])

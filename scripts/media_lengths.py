@@ -18,8 +18,8 @@ from pathlib import Path
 
 from mixed_modalities import DETAIL_CHARS, checkpoint, modalities, table_script_parser, write_table
 
-AUDIO_TYPES = ("gemma3n", "gemma4", "gemma4_unified", "glmasr", "nemotron_h_omni", "phi4_multimodal", "qwen2_5_omni",
-               "qwen2_audio", "qwen3_asr", "qwen3_omni_moe")
+AUDIO_TYPES = ("audioflamingo3", "gemma3n", "gemma4", "gemma4_unified", "glmasr", "musicflamingo", "nemotron_h_omni",
+               "phi4_multimodal", "qwen2_5_omni", "qwen2_audio", "qwen3_asr", "qwen3_omni_moe")
 """Every audio type COVERAGE.md lists whose audio case hf_bridge passes."""
 VIDEO_TYPES = ("cohere_compass", "cosmos3_edge", "ernie4_5_vl_moe", "exaone4_5", "glm46v", "glm4v", "glm4v_moe",
                "hyperclovax_vision_v2", "internvl", "llava_next_video", "llava_onevision", "minicpmv4_6", "minicpmv4_7",

@@ -69,7 +69,11 @@ forward: its `thinker`, a generation class with its decoder and head beside its 
 writes the text, `hf_classes.text_generation_delegate`; deepstack features on that
 decoder; its forward hands the processor's `video_second_per_grid` to `get_rope_index` as
 `second_per_grids`, `mrope.names_handed_over`; its audio beside an image, rows without
-deepstack levels beside rows with them; the in-tree backend cannot start it).
+deepstack levels beside rows with them; the in-tree backend cannot start it) and Audio
+Flamingo 3 and Music Flamingo (generation classes transformers lists as sequence-to-sequence
+only, `hf_classes.multimodal_generation_class`; Music Flamingo's audio entry reads the
+prompt's ids to time each clip's windows, so each clip is encoded alone through its
+forward, `features.entry_reads_token_ids`; the in-tree backend cannot load either).
 Each is built
 from transformers' default config and processor classes alone (the recipes of Step-3.7,
 Phi-4-multimodal, Granite 4 Vision, DeepSeek-OCR-2, Cosmos3-Edge, MUSE-Glimmer,
@@ -131,6 +135,10 @@ CASES = {
     # a whole model with no forward, whose thinker writes the text: deepstack on the thinker's
     # decoder, experts, and a video's time per grid handed to M-RoPE under another name
     "qwen3_omni_moe": ["video"],
+    # a generation class transformers lists as sequence-to-sequence only: a decoder with an audio entry
+    "audioflamingo3": ["audio"],
+    # an audio entry that reads the prompt's ids, to time each clip's windows (rotary time embeddings)
+    "musicflamingo": ["audio"],
 }
 TYPES = list(CASES)
 SEEDS = {"deepseek_vl": 3, "phi4_multimodal": 1, "gemma4_unified": 1}
@@ -212,6 +220,37 @@ def test_qwen3_omni_audio_beside_an_image_keeps_parity(generic_checkpoints, engi
     the step raised "Sizes of tensors must match" and stopped the engine."""
     mixed = parity.Case("image_and_audio", 64, num_images=1, num_audios=1, text="Compare these.")
     assert_case_keeps_parity(generic_checkpoints["qwen3_omni_moe"], mixed, engines)
+
+
+@pytest.mark.engine
+def test_music_flamingo_times_each_requests_clip_as_transformers_does(generic_checkpoints, engines, tmp_path):
+    """Music Flamingo's `get_audio_features` takes the prompt's token ids and times each
+    clip's 30 s windows by its run of audio tokens: hf_bridge encodes each clip alone,
+    through the forward that holds the ids (`features.entry_reads_token_ids`); the entry
+    had raised for want of them. Two requests' clips of one window each, encoded in one
+    step, would read as one clip's two windows in one call: the second timed 30 s late.
+    A clip of two windows keeps parity beside them."""
+    from pathlib import Path
+
+    from transformers import AutoProcessor
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import media_lengths
+
+    model_dir = generic_checkpoints["musicflamingo"]
+    media_lengths.write_media(tmp_path)
+    cases = [parity.Case.from_files(f"clip_{name}", "Describe the audio.", audios=[str(tmp_path / f"{name}.wav")])
+             for name in ("7.3s", "1s", "45s")]
+    expected = references(model_dir, cases)
+    for case, reference in zip(cases, expected):
+        assert isinstance(reference, parity.Result), f"transformers could not run {case.name}: {reference.error}"
+        assert not parity.is_degenerate(reference.tokens), (case.name, reference.tokens)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    llm = engines.get(model_dir, limit_mm_per_prompt=served_limits(processor))
+    outputs = llm.generate([parity.vllm_request(processor, case) for case in cases], parity.sampling_params(cases[0].new_tokens),
+                           use_tqdm=False)
+    for case, reference, out in zip(cases, expected, outputs):
+        assert parity.compare(reference, parity.result_from_output(out)) == [], case.name
 
 
 @pytest.mark.engine

@@ -172,13 +172,17 @@ def encoder_row_count(model, inputs, case: parity.Case) -> int | str:
     frames) are counted once."""
     import torch
 
-    from ..features import encode, encode_inline, encodes_inline, feature_token_ids, features_entry_name
+    from ..features import encode, encode_inline, encodes_inline, entry_reads_token_ids, feature_token_ids, features_entry_name
 
     hidden = model.config.get_text_config().hidden_size
     model = model.base_model  # the entries live there (Fuyu's generation class has none)
     inline = [m for m in case.media_counts if encodes_inline(model, model.config, m)]
     if inline:
         return f"{type(model).__name__} encodes {', '.join(inline)} inline, with no entry to ask: its forward checks the count against the prompt"
+    by_ids = [m for m in case.media_counts if entry_reads_token_ids(model, m)]
+    if by_ids:
+        return (f"{type(model).__name__}'s {', '.join(by_ids)} entry reads the prompt's token ids, so only its forward asks it: "
+                "that forward checks the count against the prompt")
     fields = {k: v for k, v in inputs.items() if k not in TEXT_FIELDS}
     prompt, tokens = inputs["input_ids"][0].tolist(), feature_token_ids(model.config)
 

@@ -334,7 +334,8 @@ def reference_attention(config) -> dict[str, str]:
 
 def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     """The class a transformers user generates with, in `dtype`: image-text-to-text, else
-    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR); as
+    the multimodal-LM auto class (audio-language models: GLM-ASR, Qwen3-ASR), else the
+    model type's class (`hf_classes.multimodal_generation_class`: Audio Flamingo 3); as
     transformers resolves it, the checkpoint's own class where its code is trusted.
 
     A whole model that hands text generation to one of its models is that model, which
@@ -347,13 +348,17 @@ def load_generation_model(model_dir: str | Path, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForImageTextToText, AutoModelForMultimodalLM
 
-    from ..hf_classes import text_generation_delegate
+    from ..hf_classes import multimodal_generation_class, text_generation_delegate
     from .checkpoint import load_config, trusts_remote_code
 
     config = load_config(model_dir)
     own_code = (getattr(config, "auto_map", None) or {}) if trusts_remote_code() else {}
-    takes_images = type(config) in AutoModelForImageTextToText._model_mapping or AutoModelForImageTextToText.__name__ in own_code
-    auto = AutoModelForImageTextToText if takes_images else AutoModelForMultimodalLM
+    if type(config) in AutoModelForImageTextToText._model_mapping or AutoModelForImageTextToText.__name__ in own_code:
+        auto = AutoModelForImageTextToText
+    elif type(config) in AutoModelForMultimodalLM._model_mapping or own_code:
+        auto = AutoModelForMultimodalLM
+    else:  # a class transformers lists as sequence-to-sequence only (Audio Flamingo 3)
+        auto = multimodal_generation_class(config.model_type) or AutoModelForMultimodalLM
     exact = {"experts_implementation": "eager"} if dtype == "float64" else {}
     model = auto.from_pretrained(model_dir, dtype=getattr(torch, dtype), trust_remote_code=trusts_remote_code(),
                                  **exact, **reference_attention(config)).eval()

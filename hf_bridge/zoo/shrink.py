@@ -903,6 +903,12 @@ def settings_from_config(processor_cls, model_type: str) -> dict:
     return {name: value for name, value in found.items() if isinstance(value, (int, str))}
 
 
+UNNAMED_FEATURE_EXTRACTOR = "WhisperFeatureExtractor"
+"""The feature extractor of an audio processor whose type no auto mapping names one for
+(Music Flamingo's, which windows clips by the extractor's `chunk_length` as Audio Flamingo
+3's does, for which transformers names Whisper's)."""
+
+
 def _sub_processor_class(model_type: str, attribute: str):
     import transformers
     from transformers.models.auto import feature_extraction_auto, image_processing_auto, video_processing_auto
@@ -922,6 +928,8 @@ def _sub_processor_class(model_type: str, attribute: str):
         names = next((n for n in names if n), None)
     if isinstance(names, dict):
         names = next(iter(names.values()), None)
+    if names is None and attribute == "feature_extractor":
+        names = UNNAMED_FEATURE_EXTRACTOR
     return getattr(transformers, names)
 
 
