@@ -17,12 +17,12 @@ from pathlib import Path
 
 from mixed_modalities import DETAIL_CHARS, checkpoint, table_script_parser, write_table
 
-TYPES = ("aria", "aya_vision", "chameleon", "cohere2_vision", "cohere_compass", "cosmos3_edge", "deepseek_ocr2",
+TYPES = ("aria", "audioflamingo3", "aya_vision", "chameleon", "cohere2_vision", "cohere_compass", "cosmos3_edge", "deepseek_ocr2",
          "deepseek_vl", "deepseek_vl_hybrid", "ernie4_5_vl_moe", "exaone4_5", "fuyu", "gemma3", "gemma3n", "gemma4",
          "gemma4_unified", "glm46v", "glm4v", "glm4v_moe", "glmasr", "got_ocr2", "granite4_vision",
          "hyperclovax_vision_v2", "idefics2", "idefics3", "internvl", "janus", "kimi_k25", "lfm2_vl", "lighton_ocr",
          "llama4", "llava", "llava_next", "llava_next_video", "llava_onevision", "minicpmv4_6", "minicpmv4_7",
-         "mistral3", "muse_glimmer", "nemotron_h_omni", "ovis2", "paddleocr_vl", "paligemma", "perception_lm",
+         "mistral3", "muse_glimmer", "musicflamingo", "nemotron_h_omni", "ovis2", "paddleocr_vl", "paligemma", "perception_lm",
          "phi4_multimodal", "qwen2_5_omni", "qwen2_5_vl", "qwen2_audio", "qwen2_vl", "qwen3_5", "qwen3_5_moe",
          "qwen3_asr", "qwen3_omni_moe", "qwen3_vl", "qwen3_vl_moe", "smolvlm", "step3p7", "video_llama_3",
          "video_llava", "vipllava")
